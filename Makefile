@@ -1,0 +1,65 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit system-deps venv bench screenshots clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+venv: $(VENV)/.installed
+
+## Open gpuroom (shows the local machine when no hosts are configured).
+run: $(VENV)/.installed
+	$(VENV)/bin/gpuroom
+
+## Everything CI runs: system packages when missing, the dev venv, lint, types, tests.
+test: system-deps $(STAMP) lint typecheck unit
+
+# sshd, tmux and rsync are what the tests drive for real; install them only when missing.
+system-deps:
+	@missing=""; \
+	command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
+	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v rsync >/dev/null || missing="$$missing rsync"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing (run: sudo apt-get install$$missing); SSH tests will skip"; \
+	  fi; \
+	fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy tui widgets profiles
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/poll.py
+
+screenshots: $(STAMP)
+	$(PY) -m gpuroom.tui.screenshots screenshots
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from gpuroom.remote.cli import main
+
+sys.exit(main())

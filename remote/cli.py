@@ -1,0 +1,75 @@
+"""``gpuroom-remote``: the helper's subcommands. Every remote action is one of these.
+
+The jump host calls them with an argv list quoted once (gpuroom.tui.link); no shell
+pipelines travel over SSH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Dict, List, Optional
+
+from . import __version__, selfhash
+
+
+def _cmd_probe(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote probe")
+    parser.add_argument("--mount", action="append", default=[], help="extra path to statvfs")
+    parser.add_argument("--request", default=None, help="the same JSON args serve takes")
+    args = parser.parse_args(argv)
+    from .probe import ProbeSession
+
+    request = json.loads(args.request) if args.request else {}
+    request.setdefault("mounts", [])
+    request["mounts"] = list(request["mounts"]) + args.mount
+    session = ProbeSession()
+    try:
+        doc = session.snapshot(request)
+    finally:
+        session.close()
+    sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    return 0
+
+
+def _cmd_serve(argv: List[str]) -> int:
+    from .serve import serve
+
+    return serve()
+
+
+def _cmd_version(argv: List[str]) -> int:
+    sys.stdout.write(json.dumps({"version": __version__, "sha256": selfhash.own_sha256()}) + "\n")
+    return 0
+
+
+def _lazy(module: str, func: str = "main") -> Callable[[List[str]], int]:
+    """Subcommands whose modules are heavy or optional load only when called."""
+
+    def run(argv: List[str]) -> int:
+        mod = __import__("gpuroom.remote." + module, fromlist=[func])
+        return int(getattr(mod, func)(argv) or 0)
+
+    return run
+
+
+COMMANDS: Dict[str, Callable[[List[str]], int]] = {
+    "probe": _cmd_probe,
+    "serve": _cmd_serve,
+    "version": _cmd_version,
+}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write("usage: gpuroom-remote {%s} ...\n" % ",".join(sorted(COMMANDS)))
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        sys.stderr.write("gpuroom-remote: unknown command %r (known: %s)\n"
+                         % (name, ", ".join(sorted(COMMANDS))))
+        return 2
+    return command(rest)

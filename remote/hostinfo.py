@@ -1,0 +1,177 @@
+"""Host, cgroup and disk facts, read from /proc, /sys and statvfs (no forks).
+
+Every reader returns plain dicts. A missing file is a normal state (a box without cgroup v2,
+a mount that is not there) and becomes None or an ``error`` field, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+# cgroup v1 reports "no limit" as a huge page-aligned number instead of a word.
+_V1_UNLIMITED_BYTES = 1 << 60
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _read_int(path: str) -> Optional[int]:
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def host_facts() -> Dict[str, Any]:
+    """Identity and liveness of the box: boot_id changes on every reboot (GEN6)."""
+    boot_id = _read(BOOT_ID_PATH)
+    uptime_text = _read("/proc/uptime")
+    uptime_s = float(uptime_text.split()[0]) if uptime_text else None
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    uname = os.uname()
+    return {
+        "hostname": socket.gethostname(),
+        "boot_id": boot_id.strip() if boot_id else None,
+        "uptime_s": uptime_s,
+        "time": time.time(),
+        "kernel": uname.release,
+        "arch": uname.machine,
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": affinity,
+        # Host-wide on a container: it counts the neighbours' load too (U40).
+        "loadavg_host": load,
+        "python": "%d.%d.%d" % tuple(__import__("sys").version_info[:3]),
+    }
+
+
+def parse_cpu_max(text: str) -> Optional[float]:
+    """cgroup v2 ``cpu.max`` ("200000 100000" or "max 100000") -> vCPUs, None if unlimited."""
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    quota, period = int(parts[0]), int(parts[1])
+    if period <= 0:
+        return None
+    return quota / period
+
+
+def parse_flat_keyed(text: str) -> Dict[str, int]:
+    """``memory.events`` / ``memory.stat`` / v1 ``memory.oom_control``: "key value" lines."""
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+def parse_memory_max(text: str) -> Optional[int]:
+    """``memory.max`` is a byte count or the word ``max``."""
+    value = text.strip()
+    if value == "max":
+        return None
+    n = int(value)
+    return None if n >= _V1_UNLIMITED_BYTES else n
+
+
+def _own_cgroup_v2_dir(root: str) -> str:
+    """The cgroup v2 directory of this process, falling back to the root inside containers."""
+    text = _read("/proc/self/cgroup") or ""
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            candidate = os.path.join(root, line[3:].strip().lstrip("/"))
+            if os.path.exists(os.path.join(candidate, "memory.current")) or os.path.exists(
+                os.path.join(candidate, "cpu.max")
+            ):
+                return candidate
+    return root
+
+
+def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
+    """Memory and CPU limits as the job sees them (U40, U41), for cgroup v2 or v1."""
+    if os.path.exists(os.path.join(root, "cgroup.controllers")):
+        base = _own_cgroup_v2_dir(root)
+        cpu_text = _read(os.path.join(base, "cpu.max"))
+        max_text = _read(os.path.join(base, "memory.max"))
+        events = parse_flat_keyed(_read(os.path.join(base, "memory.events")) or "")
+        return {
+            "version": 2,
+            "path": base,
+            "memory_current": _read_int(os.path.join(base, "memory.current")),
+            "memory_max": parse_memory_max(max_text) if max_text else None,
+            "oom_kill": events.get("oom_kill"),
+            "oom": events.get("oom"),
+            "cpu_quota_vcpus": parse_cpu_max(cpu_text) if cpu_text else None,
+        }
+    mem = os.path.join(root, "memory")
+    if os.path.isdir(mem):
+        quota = _read_int(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+        period = _read_int(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+        limit = _read_int(os.path.join(mem, "memory.limit_in_bytes"))
+        control = parse_flat_keyed(_read(os.path.join(mem, "memory.oom_control")) or "")
+        return {
+            "version": 1,
+            "path": mem,
+            "memory_current": _read_int(os.path.join(mem, "memory.usage_in_bytes")),
+            "memory_max": None if limit is None or limit >= _V1_UNLIMITED_BYTES else limit,
+            "oom_kill": control.get("oom_kill"),
+            "oom": None,
+            "cpu_quota_vcpus": quota / period if quota and quota > 0 and period else None,
+        }
+    return {"version": None, "path": None, "memory_current": None, "memory_max": None,
+            "oom_kill": None, "oom": None, "cpu_quota_vcpus": None}
+
+
+def disk_facts(path: str) -> Dict[str, Any]:
+    """Bytes AND inodes of the filesystem holding ``path`` (U7: inodes die first)."""
+    expanded = os.path.expanduser(path)
+    try:
+        st = os.statvfs(expanded)
+        dev = os.stat(expanded).st_dev
+    except OSError as exc:
+        return {"path": path, "error": "%s: %s" % (type(exc).__name__, exc.strerror or exc)}
+    return {
+        "path": path,
+        "real_path": os.path.realpath(expanded),
+        "device": dev,
+        "total_bytes": st.f_blocks * st.f_frsize,
+        "free_bytes": st.f_bavail * st.f_frsize,
+        "total_inodes": st.f_files,
+        "free_inodes": st.f_favail,
+    }
+
+
+def disks(paths: Iterable[str]) -> List[Dict[str, Any]]:
+    """statvfs of home, cwd and the profile's mounts, each path once, in the order asked."""
+    seen = set()
+    out = []
+    for p in ["~", os.getcwd(), *paths]:
+        if p in seen:
+            continue
+        seen.add(p)
+        out.append(disk_facts(p))
+    return out
