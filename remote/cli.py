@@ -58,6 +58,9 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "probe": _cmd_probe,
     "serve": _cmd_serve,
     "version": _cmd_version,
+    "queue": _lazy("queue"),
+    "du": _lazy("diskuse"),
+    "manifest": _lazy("manifest"),
 }
 
 

@@ -30,12 +30,37 @@ def _collect_disks(session: "ProbeSession", request: Request) -> Dict[str, Any]:
     return {"disks": hostinfo.disks(mounts)}
 
 
-# Later sections (gpus, kernel, queue, logs) register here; order is the document's order.
+# Order is the document's order.
 COLLECTORS: List[Any] = [
     ("host", _collect_host),
     ("cgroup", _collect_cgroup),
     ("disks", _collect_disks),
 ]
+
+# Sections living in their own modules: (section name, module). Each module exposes
+# ``collect(session, request) -> dict`` whose keys are merged into the document.
+OPTIONAL_SECTIONS = [
+    ("gpus", "gpu"),
+    ("kernel", "kernel"),
+    ("vram_holders", "vram"),
+    ("queue", "queue"),
+]
+
+
+def _module_collector(module: str) -> Collector:
+    def collect(session: "ProbeSession", request: Request) -> Dict[str, Any]:
+        mod = __import__("gpuroom.remote." + module, fromlist=["collect"])
+        return mod.collect(session, request)  # type: ignore[no-any-return]
+
+    return collect
+
+
+def _register_optional() -> None:
+    import importlib.util
+
+    for name, module in OPTIONAL_SECTIONS:
+        if importlib.util.find_spec("gpuroom.remote." + module) is not None:
+            COLLECTORS.append((name, _module_collector(module)))
 
 
 def register(name: str, collector: Collector) -> None:
@@ -45,6 +70,9 @@ def register(name: str, collector: Collector) -> None:
             COLLECTORS[i] = (name, collector)
             return
     COLLECTORS.append((name, collector))
+
+
+_register_optional()
 
 
 class ProbeSession:

@@ -1,0 +1,48 @@
+"""What the fleet knows about each host: the data every widget renders.
+
+Plain dataclasses and the probe's JSON dicts. Widgets read these; only the fleet writes
+them, from the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+Snapshot = dict[str, Any]
+
+
+class LinkState(str, Enum):
+    """UP: the last poll answered. STALE: it did not, but an earlier one did (its snapshot is
+    kept, with its age). DOWN: nothing has answered for a while, or never. A failed poll never
+    means a dead run (GEN8)."""
+
+    UP = "up"
+    STALE = "stale"
+    DOWN = "down"
+
+
+@dataclass
+class HostState:
+    """One host as the jump host last saw it."""
+
+    name: str
+    profile: str = "generic-ssh"
+    state: LinkState = LinkState.DOWN
+    error: str | None = None
+    snapshot: Snapshot | None = None
+    last_ok: float | None = None  # time.time() of the last good snapshot
+    last_try: float | None = None
+    price_per_hour: float | None = None
+    polls_ok: int = 0
+    polls_failed: int = 0
+    # Actions sent to the box that no probe has confirmed yet (principle 3).
+    pending: list[str] = field(default_factory=list)
+
+    def age_s(self, now: float | None = None) -> float | None:
+        """Seconds since the last good snapshot, None if there never was one."""
+        if self.last_ok is None:
+            return None
+        return (now if now is not None else time.time()) - self.last_ok
