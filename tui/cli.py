@@ -1,0 +1,237 @@
+"""`gpuroom`: the room (no subcommand) and headless verbs for scripts.
+
+Exit codes: 0 success (every host answered), 3 some host did not answer, 2 usage or config
+error, 1 an action failed on the box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import config as cfg
+from .fleet import Fleet, Recorder
+from .link import LinkError
+from .model import HostState, LinkState
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+
+def _load(args: argparse.Namespace) -> cfg.Config:
+    return cfg.load(Path(args.config) if args.config else None)
+
+
+def _state_json(state: HostState) -> dict[str, Any]:
+    return {"name": state.name, "state": state.state.value, "error": state.error,
+            "snapshot": state.snapshot if state.state is LinkState.UP else None}
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}P"
+
+
+def _worst_disk(snapshot: dict[str, Any]) -> tuple[float | None, float | None]:
+    worst_b: float | None = None
+    worst_i: float | None = None
+    for d in snapshot.get("disks") or []:
+        if d.get("total_bytes"):
+            used = 100.0 * (1 - d["free_bytes"] / d["total_bytes"])
+            worst_b = used if worst_b is None else max(worst_b, used)
+        if d.get("total_inodes"):
+            used_i = 100.0 * (1 - d["free_inodes"] / d["total_inodes"])
+            worst_i = used_i if worst_i is None else max(worst_i, used_i)
+    return worst_b, worst_i
+
+
+def _print_table(states: list[HostState]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="gpuroom status")
+    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk %", "inode %", "error"):
+        table.add_column(col)
+    for s in states:
+        snap = s.snapshot or {}
+        host = snap.get("host") or {}
+        b, i = _worst_disk(snap)
+        uptime = host.get("uptime_s")
+        table.add_row(
+            s.name,
+            s.state.value.upper(),
+            str(host.get("hostname") or "-"),
+            f"{uptime / 3600:.1f}h" if uptime else "-",
+            str(len(snap.get("gpus") or [])) if snap else "-",
+            f"{b:.0f}" if b is not None else "-",
+            f"{i:.0f}" if i is not None else "-",
+            # Remote text: rich markup in an error must not style the table.
+            (s.error or "")[:120],
+        )
+    Console().print(table)
+
+
+async def _status(config: cfg.Config) -> list[HostState]:
+    fleet = Fleet(config)
+    try:
+        return await fleet.poll_all()
+    finally:
+        await fleet.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = _load(args)
+    states = asyncio.run(_status(config))
+    if args.json:
+        json.dump({"hosts": [_state_json(s) for s in states]}, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print_table(states)
+    return EXIT_OK if all(s.state is LinkState.UP for s in states) else EXIT_UNREACHABLE
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    config = _load(args)
+    names = [h.name for h in config.effective_hosts()]
+    if args.name not in names:
+        print(f"gpuroom: no host {args.name!r} in {config.path} (have: {', '.join(names)})",
+              file=sys.stderr)
+        return EXIT_USAGE
+
+    async def one() -> HostState:
+        fleet = Fleet(config)
+        try:
+            return await fleet.poll_host(args.name)
+        finally:
+            await fleet.close()
+
+    state = asyncio.run(one())
+    if state.state is not LinkState.UP:
+        print(f"gpuroom: {state.error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    json.dump(state.snapshot, sys.stdout, indent=None if args.compact else 2)
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def cmd_hosts(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if args.hosts_cmd == "list":
+        if not config.hosts:
+            print(f"no hosts in {config.path}; gpuroom shows the local machine")
+        for h in config.hosts.values():
+            where = "local" if h.local else f"ssh {h.ssh}"
+            line = f"{h.name}\t{where}\tprofile={h.profile}"
+            if h.error:
+                line += f"\tERROR: {h.error}"
+            print(line)
+        return EXIT_OK
+    if args.hosts_cmd == "add":
+        alias = args.ssh or args.name
+        problem = cfg.check_alias(alias)
+        if problem:
+            print(f"gpuroom: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.name in config.hosts:
+            print(f"gpuroom: host {args.name!r} already in {config.path}; "
+                  f"remove it first (gpuroom hosts remove {args.name})", file=sys.stderr)
+            return EXIT_USAGE
+        config.hosts[args.name] = cfg.HostConfig(name=args.name, ssh=alias, profile=args.profile,
+                                                 price_per_hour=args.price)
+        cfg.save(config)
+        print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}")
+        return EXIT_OK
+    if args.hosts_cmd == "remove":
+        if config.hosts.pop(args.name, None) is None:
+            print(f"gpuroom: no host {args.name!r} in {config.path}", file=sys.stderr)
+            return EXIT_USAGE
+        cfg.save(config)
+        print(f"removed {args.name}")
+        return EXIT_OK
+    if args.hosts_cmd == "import":
+        ssh_config = Path(args.ssh_config).expanduser() if args.ssh_config else \
+            config.ssh_config_path()
+        added = []
+        for alias in cfg.ssh_config_aliases(ssh_config):
+            if alias in config.hosts or cfg.check_alias(alias):
+                continue
+            config.hosts[alias] = cfg.HostConfig(name=alias, ssh=alias)
+            added.append(alias)
+        cfg.save(config)
+        print(f"imported {len(added)} host(s) from {ssh_config}: {', '.join(added) or '-'}")
+        return EXIT_OK
+    return EXIT_USAGE
+
+
+def cmd_room(args: argparse.Namespace) -> int:
+    config = _load(args)
+    recorder = Recorder(Path(args.record)) if args.record else None
+    fleet = Fleet(config, recorder=recorder)
+    from .app import GpuroomApp
+
+    GpuroomApp(fleet).run()
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuroom", description=__doc__)
+    parser.add_argument("--config", metavar="PATH",
+                        help=f"hosts.toml to use (default {cfg.default_config_path()})")
+    parser.add_argument("--record", metavar="FILE",
+                        help="append every snapshot the room sees to FILE (JSON lines)")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("status", help="poll every host once")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("probe", help="print one host's raw snapshot")
+    p.add_argument("name")
+    p.add_argument("--compact", action="store_true")
+    p.set_defaults(func=cmd_probe)
+
+    hosts = sub.add_parser("hosts", help="manage hosts.toml")
+    hsub = hosts.add_subparsers(dest="hosts_cmd", required=True)
+    hsub.add_parser("list")
+    p = hsub.add_parser("add")
+    p.add_argument("name")
+    p.add_argument("--ssh", help="ssh config alias (default: NAME)")
+    p.add_argument("--profile", default=cfg.DEFAULT_PROFILE)
+    p.add_argument("--price", type=float, default=None, help="price per hour")
+    p = hsub.add_parser("remove")
+    p.add_argument("name")
+    p = hsub.add_parser("import")
+    p.add_argument("--ssh-config", help="ssh config to read (default ~/.ssh/config)")
+    hosts.set_defaults(func=cmd_hosts)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", cmd_room)
+    try:
+        return int(func(args))
+    except cfg.ConfigError as exc:
+        print(f"gpuroom: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except LinkError as exc:
+        print(f"gpuroom: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

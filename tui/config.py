@@ -1,0 +1,306 @@
+"""hosts.toml: which boxes gpuroom watches and how to reach them.
+
+Read with tomllib, written with tomli-w, mode 0600. File-level problems (not TOML, wrong
+types at the top) raise ConfigError naming the file, the line or key and the fix. A problem
+with one host (no ssh alias, an alias that could inject options) is kept on that host as
+``error`` so every other host still works.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 jump hosts
+    import tomli as tomllib
+
+LOCAL = "local"
+DEFAULT_PROFILE = "generic-ssh"
+# An alias is passed to asyncssh and, for `s`, to the ssh binary as an argv element; anything
+# beyond these characters is either a typo or an attempt to smuggle an option or a shell word.
+_ALIAS_RE = re.compile(r"^[A-Za-z0-9_.@%+:\[\]-]+$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class ConfigError(Exception):
+    """A config file gpuroom cannot use at all; the message names file, place and fix."""
+
+
+def default_config_path() -> Path:
+    return Path(platformdirs.user_config_dir("gpuroom")) / "hosts.toml"
+
+
+def default_ssh_config_path() -> Path:
+    return Path("~/.ssh/config").expanduser()
+
+
+def check_alias(alias: str) -> str | None:
+    """Why an ssh alias is unusable, or None when it is fine."""
+    if not alias:
+        return "the ssh alias is empty"
+    if alias.startswith("-"):
+        return f"ssh alias {alias!r} starts with '-' and would be read as an option"
+    if not _ALIAS_RE.match(alias):
+        return (f"ssh alias {alias!r} contains characters that are not allowed in a host name "
+                "(spaces or shell metacharacters such as ; | $ ` & < > ( ) quotes)")
+    return None
+
+
+@dataclass
+class HostConfig:
+    """One host as hosts.toml describes it."""
+
+    name: str
+    ssh: str | None = None  # alias in the ssh config; None for the local host
+    local: bool = False
+    profile: str = DEFAULT_PROFILE
+    price_per_hour: float | None = None
+    mounts: list[str] = field(default_factory=list)
+    pull_to: str | None = None
+    teardown_command: list[str] | None = None
+    error: str | None = None  # set when this host cannot be used; the others still work
+
+    def to_toml(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.local:
+            out["local"] = True
+        if self.ssh is not None:
+            out["ssh"] = self.ssh
+        if self.profile != DEFAULT_PROFILE:
+            out["profile"] = self.profile
+        if self.price_per_hour is not None:
+            out["price_per_hour"] = self.price_per_hour
+        if self.mounts:
+            out["mounts"] = list(self.mounts)
+        if self.pull_to:
+            out["pull_to"] = self.pull_to
+        if self.teardown_command:
+            out["teardown_command"] = list(self.teardown_command)
+        return out
+
+
+@dataclass
+class Settings:
+    poll_interval_s: float = 5.0
+    down_after_s: float = 120.0  # STALE for this long without an answer -> DOWN
+    ssh_config: str | None = None  # defaults to ~/.ssh/config
+    poll_mode: str = "serve"  # or "exec"
+
+
+@dataclass
+class Config:
+    path: Path
+    hosts: dict[str, HostConfig] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
+
+    def __iter__(self) -> Iterator[HostConfig]:
+        return iter(self.hosts.values())
+
+    def effective_hosts(self) -> list[HostConfig]:
+        """The configured hosts, or the local machine when nothing is configured."""
+        if self.hosts:
+            return list(self.hosts.values())
+        return [HostConfig(name=LOCAL, local=True)]
+
+    def ssh_config_path(self) -> Path:
+        if self.settings.ssh_config:
+            return Path(self.settings.ssh_config).expanduser()
+        return default_ssh_config_path()
+
+
+def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
+    return ConfigError(f"{path}: {where}: {reason}. Fix: {fix}")
+
+
+_HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
+              "teardown_command"}
+
+
+def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
+    """One [hosts.NAME] table. Problems become HostConfig.error, never an exception."""
+    host = HostConfig(name=name)
+    where = f"[hosts.{name}]"
+    if not _NAME_RE.match(name):
+        host.error = (f"{path}: {where}: host names may use letters, digits, '.', '_' and '-'."
+                      " Fix: rename the table")
+        return host
+    if not isinstance(raw, dict):
+        host.error = f"{path}: {where} must be a table. Fix: write it as [hosts.{name}]"
+        return host
+    problems: list[str] = []
+    unknown = sorted(set(raw) - _HOST_KEYS)
+    if unknown:
+        known = ", ".join(sorted(_HOST_KEYS))
+        problems.append(f"unknown key(s) {', '.join(unknown)} (known: {known})")
+    host.local = raw.get("local") is True
+    ssh = raw.get("ssh")
+    if host.local:
+        host.ssh = None
+    elif ssh is None:
+        problems.append(f"no ssh alias: add ssh = \"{name}\" naming a Host in your ssh config")
+    elif not isinstance(ssh, str):
+        problems.append("ssh must be a string naming a Host in your ssh config")
+    else:
+        reason = check_alias(ssh)
+        if reason:
+            problems.append(reason + "; use the Host alias from your ssh config")
+        host.ssh = ssh
+    profile = raw.get("profile", DEFAULT_PROFILE)
+    if isinstance(profile, str) and _NAME_RE.match(profile):
+        host.profile = profile
+    else:
+        problems.append("profile must be a profile name such as \"generic-ssh\"")
+    price = raw.get("price_per_hour")
+    if price is not None:
+        if isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0:
+            host.price_per_hour = float(price)
+        else:
+            problems.append("price_per_hour must be a number >= 0 (dollars per hour)")
+    mounts = raw.get("mounts", [])
+    if isinstance(mounts, list) and all(isinstance(m, str) and m for m in mounts):
+        host.mounts = list(mounts)
+    else:
+        problems.append("mounts must be a list of paths, e.g. [\"/workspace\"]")
+    pull_to = raw.get("pull_to")
+    if pull_to is not None:
+        if isinstance(pull_to, str) and pull_to:
+            host.pull_to = pull_to
+        else:
+            problems.append("pull_to must be a directory path")
+    teardown = raw.get("teardown_command")
+    if teardown is not None:
+        if isinstance(teardown, list) and teardown and all(isinstance(a, str) for a in teardown):
+            host.teardown_command = list(teardown)
+        else:
+            problems.append("teardown_command must be an argv list of strings, not a shell string")
+    if problems:
+        host.error = f"{path}: {where}: " + "; ".join(problems)
+    return host
+
+
+def _parse_settings(path: Path, raw: Any) -> Settings:
+    settings = Settings()
+    if raw is None:
+        return settings
+    if not isinstance(raw, dict):
+        raise _err(path, "[settings]", "must be a table", "write it as [settings]")
+    for key, value in raw.items():
+        if key in ("poll_interval_s", "down_after_s"):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
+                           f"e.g. {key} = 5")
+            setattr(settings, key, float(value))
+        elif key == "ssh_config":
+            if not isinstance(value, str):
+                raise _err(path, "[settings] ssh_config", "must be a path",
+                           "e.g. \"~/.ssh/config\"")
+            settings.ssh_config = value
+        elif key == "poll_mode":
+            if value not in ("serve", "exec"):
+                raise _err(path, "[settings] poll_mode", f"{value!r} is not a mode",
+                           "use \"serve\" or \"exec\"")
+            settings.poll_mode = value
+        else:
+            raise _err(path, f"[settings] {key}", "unknown key",
+                       "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode)")
+    return settings
+
+
+def load(path: Path | None = None) -> Config:
+    """Read hosts.toml; a missing file is an empty config (the local host is shown)."""
+    path = (path or default_config_path()).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config(path=path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _err(path, "reading", str(exc), "check the file's permissions and encoding") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message carries "(at line N, column M)".
+        raise _err(path, "not valid TOML", str(exc),
+                   "correct the syntax at that line (strings need quotes, tables [hosts.NAME])",
+                   ) from exc
+    unknown = sorted(set(data) - {"hosts", "settings"})
+    if unknown:
+        raise _err(path, f"top-level key {unknown[0]!r}", "unknown",
+                   "hosts go under [hosts.NAME], options under [settings]")
+    hosts_raw = data.get("hosts", {})
+    if not isinstance(hosts_raw, dict):
+        raise _err(path, "hosts", "must be a table of tables", "write each host as [hosts.NAME]")
+    config = Config(path=path, settings=_parse_settings(path, data.get("settings")))
+    for name, raw in hosts_raw.items():
+        config.hosts[name] = _parse_host(path, name, raw)
+    return config
+
+
+def save(config: Config) -> None:
+    """Write hosts.toml atomically with mode 0600 (it may name teardown commands)."""
+    doc: dict[str, Any] = {}
+    s = config.settings
+    defaults = Settings()
+    keys = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode")
+    settings = {k: getattr(s, k) for k in keys if getattr(s, k) != getattr(defaults, k)}
+    if settings:
+        doc["settings"] = settings
+    doc["hosts"] = {name: h.to_toml() for name, h in config.hosts.items()}
+    config.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = config.path.with_name(config.path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        tomli_w.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, config.path)
+
+
+def ssh_config_aliases(path: Path) -> list[str]:
+    """Every non-wildcard Host alias of an OpenSSH client config, in file order.
+
+    Include directives are followed (relative to ~/.ssh, as ssh does); Match blocks are
+    skipped since they name no alias.
+    """
+    seen: list[str] = []
+    _collect_aliases(path.expanduser(), seen, depth=0)
+    return seen
+
+
+def _collect_aliases(path: Path, seen: list[str], depth: int) -> None:
+    if depth > 8:  # ssh itself limits Include recursion; a loop must not hang us
+        return
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = re.split(r"[\s=]+", line, maxsplit=1)
+        if len(parts) < 2:
+            continue
+        key, value = parts[0].lower(), parts[1]
+        if key == "host":
+            for alias in value.split():
+                if any(c in alias for c in "*?!") or alias in seen:
+                    continue
+                seen.append(alias)
+        elif key == "include":
+            for pattern in value.split():
+                base = Path(pattern).expanduser()
+                if not base.is_absolute():
+                    base = Path("~/.ssh").expanduser() / base
+                for inc in sorted(base.parent.glob(base.name)):
+                    _collect_aliases(inc, seen, depth + 1)

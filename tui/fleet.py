@@ -1,0 +1,211 @@
+"""The fleet: every host's link and latest state, polled with bounded concurrency.
+
+The fleet is the model the room renders. It owns HostState objects and mutates them only
+from the event loop; widgets read them. A failed poll keeps the last good snapshot and marks
+the host STALE (then DOWN after ``down_after_s``); it never concludes a run died (GEN8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from .config import Config, HostConfig
+from .link import HostLink, LinkError
+from .model import HostState, LinkState, Snapshot
+
+MAX_CONCURRENT_POLLS = 16
+BACKOFF_CAP_S = 60.0
+
+
+def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
+                  rng: random.Random | None = None) -> float:
+    """Capped exponential backoff with jitter: many hosts failing together spread out."""
+    raw = min(cap_s, base_s * (2 ** max(0, failures - 1)))
+    return raw * (rng or random).uniform(0.5, 1.0)
+
+
+class Recorder:
+    """Appends every poll outcome as one JSON line, for `gpuroom replay` and the tests."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._f: IO[str] = open(path, "a", encoding="utf-8")
+
+    def write(self, state: HostState) -> None:
+        line = {
+            "t": state.last_try,
+            "host": state.name,
+            "profile": state.profile,
+            "state": state.state.value,
+            "error": state.error,
+            "snapshot": state.snapshot if state.state is LinkState.UP else None,
+        }
+        self._f.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class Fleet:
+    """Hosts, their links and states. Implements the room's FleetAPI."""
+
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
+                 recorder: Recorder | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.recorder = recorder
+        self._hosts: dict[str, HostConfig] = {h.name: h for h in config.effective_hosts()}
+        self._states: dict[str, HostState] = {
+            h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
+                              error=h.error)
+            for h in self._hosts.values()
+        }
+        ssh_config = config.ssh_config_path()
+        self._links: dict[str, HostLink] = {
+            h.name: HostLink(h, ssh_config=ssh_config, mode=config.settings.poll_mode)
+            for h in self._hosts.values()
+        }
+        self._cursors: dict[str, dict[str, Any]] = {h: {} for h in self._hosts}
+        self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
+        self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
+        self._wake: dict[str, asyncio.Event] = {}
+
+    def hosts(self) -> list[HostState]:
+        return list(self._states.values())
+
+    def state(self, name: str) -> HostState:
+        return self._states[name]
+
+    def link(self, name: str) -> HostLink:
+        try:
+            return self._links[name]
+        except KeyError:
+            raise LinkError(name, "no such host",
+                            fix="see `gpuroom hosts list` for the configured names") from None
+
+    def request_for(self, name: str) -> dict[str, Any]:
+        """What the next probe of this host asks for: mounts and cursors."""
+        request: dict[str, Any] = {"mounts": list(self._hosts[name].mounts)}
+        request.update(self._cursors[name])
+        return request
+
+    def _advance_cursors(self, name: str, snapshot: Snapshot) -> None:
+        cursors = self._cursors[name]
+        kernel = snapshot.get("kernel")
+        if isinstance(kernel, dict) and kernel.get("cursor") is not None:
+            cursors["kernel_cursor"] = kernel["cursor"]
+        queue = snapshot.get("queue")
+        logs: dict[str, Any] = {}
+        if isinstance(queue, dict):
+            for key, log in (queue.get("logs") or {}).items():
+                if isinstance(log, dict) and "offset" in log:
+                    logs[key] = {"offset": log["offset"], "inode": log.get("inode")}
+        cursors["logs"] = logs
+
+    async def poll_host(self, name: str) -> HostState:
+        """Poll one host once and update its state; never raises for a link failure."""
+        state = self._states[name]
+        link = self._links[name]
+        async with self._sem:
+            state.last_try = self.clock()
+            try:
+                snapshot = await link.poll(self.request_for(name))
+            except LinkError as exc:
+                self._failures[name] += 1
+                state.polls_failed += 1
+                state.error = str(exc)
+                age = state.age_s(self.clock())
+                if age is not None and age < self.config.settings.down_after_s:
+                    state.state = LinkState.STALE
+                else:
+                    state.state = LinkState.DOWN
+            else:
+                self._failures[name] = 0
+                state.polls_ok += 1
+                state.state = LinkState.UP
+                state.error = None
+                state.snapshot = snapshot
+                state.last_ok = state.last_try
+                self._advance_cursors(name, snapshot)
+        if self.recorder is not None:
+            self.recorder.write(state)
+        return state
+
+    async def poll_all(self) -> list[HostState]:
+        return list(await asyncio.gather(*(self.poll_host(n) for n in self._states)))
+
+    async def _host_loop(self, name: str, on_change: Callable[[str], None]) -> None:
+        wake = self._wake.setdefault(name, asyncio.Event())
+        interval = self.config.settings.poll_interval_s
+        while True:
+            await self.poll_host(name)
+            on_change(name)
+            failures = self._failures[name]
+            delay = backoff_delay(failures, interval) if failures else interval
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), delay)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        """Poll every host forever (each on its own schedule) until cancelled."""
+        tasks = [asyncio.create_task(self._host_loop(n, on_change)) for n in self._states]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.close()
+
+    async def refresh(self, host: str | None = None) -> None:
+        """Poll now: wakes the running loops, or polls directly when none runs."""
+        names = [host] if host else list(self._states)
+        if self._wake:
+            for n in names:
+                if n in self._wake:
+                    self._wake[n].set()
+        else:
+            await asyncio.gather(*(self.poll_host(n) for n in names))
+
+    async def _queue_call(self, host: str, *args: str, timeout_s: float = 60.0) -> str:
+        result = await self.link(host).helper("queue", *args, timeout_s=timeout_s)
+        if result.rc != 0:
+            err = result.stderr.decode(errors="replace").strip()[-400:]
+            raise LinkError(host, f"queue {args[0]} failed (exit {result.rc}): {err}")
+        return result.stdout.decode(errors="replace")
+
+    async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,
+                        gpus: int = 0, retries: int = 0) -> str:
+        args = ["add", "--json", "--gpus", str(gpus), "--retries", str(retries)]
+        if name:
+            args += ["--name", name]
+        out = await self._queue_call(host, *args, "--", *argv)
+        job = json.loads(out)
+        self._states[host].pending.append(f"add {job.get('id', '?')}")
+        return str(job.get("id"))
+
+    async def queue_kill(self, host: str, job_id: str) -> None:
+        self._states[host].pending.append(f"kill {job_id}")
+        await self._queue_call(host, "kill", job_id, timeout_s=120.0)
+
+    async def queue_relaunch(self, host: str, job_id: str) -> None:
+        self._states[host].pending.append(f"relaunch {job_id}")
+        await self._queue_call(host, "relaunch", job_id)
+
+    def ssh_argv(self, host: str) -> list[str] | None:
+        return self.link(host).ssh_argv()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(link.close() for link in self._links.values()),
+                             return_exceptions=True)
+        if self.recorder is not None:
+            self.recorder.close()

@@ -1,0 +1,513 @@
+"""The only module that speaks SSH: one connection per host, bounded requests, the helper.
+
+A HostLink owns one transport (asyncssh to a box, or a subprocess for the local host), puts
+the helper zipapp on the box (temp name, rename, sha256 verified on the box, reused when the
+same hash is already there) and answers ``poll``: one probe document per call, either over a
+long-lived ``serve`` channel or by one exec. Every request has a deadline and an output cap;
+any failure closes the transport and raises LinkError, so nothing hangs half-open (U17) and
+the next poll starts from a fresh connection. A LinkError means "no answer", never "the run
+is dead" (GEN8): deciding that is the doctor's job, from a later good snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncssh
+
+from .config import HostConfig, check_alias
+from .helper_build import HelperArchive, helper_archive
+
+CONNECT_TIMEOUT_S = 10.0
+LOGIN_TIMEOUT_S = 15.0
+# A dead peer is noticed after interval * count: 3 s * 3 = ~9 s, not TCP's two hours.
+KEEPALIVE_INTERVAL_S = 3.0
+KEEPALIVE_COUNT_MAX = 3
+REQUEST_TIMEOUT_S = 10.0  # one probe; the box answers in milliseconds when healthy
+DEPLOY_TIMEOUT_S = 60.0
+OUTPUT_CAP_BYTES = 8 << 20  # 8 MiB: a probe is tens of KiB; more means something is wrong
+READ_CHUNK = 1 << 16
+MIN_BOX_PYTHON = (3, 8)
+
+# Runs on the box with the box's own python3: hashes the helper without trusting it, and
+# reports the interpreter version. A fixed program with the path as argv, never a pipeline.
+_CHECK_SNIPPET = (
+    "import hashlib,json,os,sys\n"
+    "p=os.path.expanduser(sys.argv[1])\n"
+    "try:\n"
+    " f=open(p,'rb');h=hashlib.sha256(f.read()).hexdigest();f.close()\n"
+    "except OSError:\n"
+    " h=None\n"
+    "print(json.dumps({'py':list(sys.version_info[:3]),'sha':h}))\n"
+)
+
+
+class LinkError(Exception):
+    """No usable answer from a host. The message names the host, the cause and the fix."""
+
+    def __init__(self, host: str, message: str, *, fix: str | None = None) -> None:
+        self.host = host
+        self.reason = message
+        self.fix = fix
+        super().__init__(f"{host}: {message}" + (f". Fix: {fix}" if fix else ""))
+
+
+class HostKeyError(LinkError):
+    """The box's host key is unknown or changed: refused, never silently trusted."""
+
+
+@dataclass
+class ExecResult:
+    rc: int | None
+    stdout: bytes
+    stderr: bytes
+
+
+class _Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+async def _read_all(reader: _Reader, cap: int) -> bytes:
+    buf = bytearray()
+    while True:
+        chunk = await reader.read(READ_CHUNK)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+        if len(buf) > cap:
+            raise OverflowError(f"answer exceeded {cap} bytes")
+
+
+class ServeChannel:
+    """One ``helper serve`` process: a request line in, a JSON line out, bounded both ways."""
+
+    def __init__(self, reader: _Reader, writer: _Writer, closer: Any) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._closer = closer
+        self._buf = bytearray()
+
+    async def request(self, payload: dict[str, Any], cap: int) -> dict[str, Any]:
+        self._writer.write(json.dumps(payload, separators=(",", ":")).encode() + b"\n")
+        await self._writer.drain()
+        line = await self._read_line(cap)
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError("serve answered something other than a JSON object")
+        return answer
+
+    async def _read_line(self, cap: int) -> bytes:
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                return line
+            if len(self._buf) > cap:
+                raise OverflowError(f"answer exceeded {cap} bytes")
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                raise EOFError("the helper closed its channel")
+            self._buf += chunk
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing a channel that is already gone
+            self._closer()
+
+
+class Transport(Protocol):
+    """What the link needs from a way to reach a box."""
+
+    python: str
+
+    async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult: ...
+
+    async def put_file(self, rel_path: str, data: bytes) -> None: ...
+
+    async def open_serve(self, argv: list[str]) -> ServeChannel: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalTransport:
+    """The jump host itself, reached by subprocess: gpuroom with no configuration."""
+
+    def __init__(self) -> None:
+        self.python = sys.executable
+        self._procs: list[asyncio.subprocess.Process] = []
+
+    async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(Path.home()),
+        )
+        try:
+            if stdin is not None and proc.stdin is not None:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+                proc.stdin.close()
+            assert proc.stdout is not None and proc.stderr is not None
+            out, err = await asyncio.gather(_read_all(proc.stdout, cap),
+                                            _read_all(proc.stderr, cap))
+            rc = await proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+        return ExecResult(rc=rc, stdout=out, stderr=err)
+
+    async def put_file(self, rel_path: str, data: bytes) -> None:
+        final = Path.home() / rel_path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.tmp-{secrets.token_hex(4)}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+
+    async def open_serve(self, argv: list[str]) -> ServeChannel:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=str(Path.home()),
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        self._procs.append(proc)
+
+        def close() -> None:
+            if proc.returncode is None:
+                proc.kill()
+
+        return ServeChannel(proc.stdout, proc.stdin, close)
+
+    async def close(self) -> None:
+        for proc in self._procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        self._procs.clear()
+
+
+class SshTransport:
+    """One asyncssh connection built from the user's ssh config, known_hosts and agent."""
+
+    python = "python3"
+
+    def __init__(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def connect(cls, host: str, alias: str, ssh_config: Path | None) -> SshTransport:
+        config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
+        try:
+            conn = await asyncssh.connect(
+                alias,
+                config=config,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                login_timeout=LOGIN_TIMEOUT_S,
+                keepalive_interval=KEEPALIVE_INTERVAL_S,
+                keepalive_count_max=KEEPALIVE_COUNT_MAX,
+                # Probes are small JSON; compression only costs CPU on both ends.
+                compression_algs=None,
+            )
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise await _host_key_error(host, alias, config) from exc
+        except asyncssh.PermissionDenied as exc:
+            raise LinkError(host, f"ssh login to {alias!r} was refused ({exc.reason})",
+                            fix=f"check User and IdentityFile for Host {alias} in your ssh "
+                                "config, or add the key to your agent (ssh-add)") from exc
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
+                            fix="check that the box is up and the alias is right "
+                                f"(ssh {alias} true)") from exc
+        return cls(conn)
+
+    async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
+        # The remote side is a shell: quote every element once, here and nowhere else.
+        proc = await self._conn.create_process(shlex.join(argv), encoding=None)
+        try:
+            if stdin is not None:
+                proc.stdin.write(stdin)
+            # Closing stdin at once: a helper that reads it sees EOF, never waits on us.
+            proc.stdin.write_eof()
+            out, err = await asyncio.gather(_read_all(proc.stdout, cap),
+                                            _read_all(proc.stderr, cap))
+            await proc.wait_closed()
+        finally:
+            proc.close()
+        return ExecResult(rc=proc.exit_status, stdout=out, stderr=err)
+
+    async def put_file(self, rel_path: str, data: bytes) -> None:
+        parent, _, name = rel_path.rpartition("/")
+        tmp = f"{parent}/.{name}.tmp-{secrets.token_hex(4)}"
+        async with self._conn.start_sftp_client() as sftp:
+            await sftp.makedirs(parent, exist_ok=True)
+            async with sftp.open(tmp, "wb") as f:
+                await f.write(data)
+            try:
+                await sftp.posix_rename(tmp, rel_path)
+            except asyncssh.SFTPError:
+                # Servers without the posix-rename extension: plain rename refuses to
+                # replace, which is what we want for a content-named file anyway.
+                await sftp.rename(tmp, rel_path)
+
+    async def open_serve(self, argv: list[str]) -> ServeChannel:
+        proc = await self._conn.create_process(shlex.join(argv), encoding=None)
+        return ServeChannel(proc.stdout, proc.stdin, proc.close)
+
+    async def close(self) -> None:
+        self._conn.abort()
+        with contextlib.suppress(Exception):  # already closing; nothing left to report
+            await asyncio.wait_for(self._conn.wait_closed(), 2.0)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    text = str(exc) or type(exc).__name__
+    return text
+
+
+async def _host_key_error(host: str, alias: str, config: Any) -> HostKeyError:
+    """Refuse with the key's fingerprint and the command that would trust it."""
+    options = await asyncssh.SSHClientConnectionOptions.construct(config=config, host=alias)
+    hostname, port = options.host, options.port
+    known = options.known_hosts
+    known_file = str(known[0]) if isinstance(known, (list, tuple)) and known else \
+        "~/.ssh/known_hosts"
+    fingerprint = "unknown"
+    key_type = ""
+    try:
+        key = await asyncio.wait_for(
+            asyncssh.get_server_host_key(alias, config=config), CONNECT_TIMEOUT_S)
+        if key is not None:
+            fingerprint = key.get_fingerprint("sha256")
+            key_type = key.get_algorithm()
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        pass  # the refusal stands either way; the fingerprint is a courtesy
+    target = f"[{hostname}]:{port}" if port != 22 else hostname
+    changed = False
+    with contextlib.suppress(Exception):  # an unreadable known_hosts: treat as unknown
+        trusted = asyncssh.match_known_hosts(known_file, hostname, "", port)[0]
+        changed = bool(trusted)
+    if options.tunnel:
+        trust = f"ssh -o StrictHostKeyChecking=accept-new {alias} true"
+    else:
+        type_arg = ["-t", key_type.replace("ssh-", "")] if key_type.startswith("ssh-") else []
+        trust = shlex.join(["ssh-keyscan", "-p", str(port), *type_arg, hostname]) + \
+            f" >> {known_file}"
+    if changed:
+        msg = (f"host key of {alias} ({target}) CHANGED: now {key_type} {fingerprint}, which "
+               f"does not match {known_file}. This can be a rebuilt box or an attack")
+        fix = (f"confirm the new fingerprint with your provider, then "
+               f"ssh-keygen -R {shlex.quote(target)} -f {known_file} && {trust}")
+    else:
+        msg = (f"host key of {alias} ({target}) is not in {known_file}: "
+               f"{key_type} {fingerprint}")
+        fix = f"check the fingerprint with your provider, then trust it: {trust}"
+    return HostKeyError(host, msg, fix=fix)
+
+
+class HostLink:
+    """A host's link: transport, helper on the box, and bounded polls."""
+
+    def __init__(self, host: HostConfig, *, ssh_config: Path | None = None,
+                 mode: str = "serve", request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 output_cap: int = OUTPUT_CAP_BYTES) -> None:
+        self.host = host
+        self.ssh_config = ssh_config
+        self.mode = mode
+        self.request_timeout_s = request_timeout_s
+        self.output_cap = output_cap
+        self.archive: HelperArchive = helper_archive()
+        self.uploads = 0  # how many times this link wrote the helper to the box
+        self._transport: Transport | None = None
+        self._serve: ServeChannel | None = None
+        # One connect at a time; one request at a time on the serve channel. Helper
+        # subcommands run on their own exec channels beside polls.
+        self._connect_lock = asyncio.Lock()
+        self._serve_lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
+
+    async def _connect(self) -> Transport:
+        async with self._connect_lock:
+            if self._transport is not None:
+                return self._transport
+            return await self._open()
+
+    async def _open(self) -> Transport:
+        if self.host.error:
+            raise LinkError(self.name, self.host.error)
+        transport: Transport
+        if self.host.local:
+            transport = LocalTransport()
+        else:
+            alias = self.host.ssh or ""
+            problem = check_alias(alias)
+            if problem:
+                raise LinkError(self.name, problem, fix="use the Host alias from your ssh config")
+            transport = await SshTransport.connect(self.name, alias, self.ssh_config)
+        try:
+            await asyncio.wait_for(self._deploy(transport), DEPLOY_TIMEOUT_S)
+        except BaseException:
+            await transport.close()
+            raise
+        self._transport = transport
+        return transport
+
+    async def _check(self, transport: Transport) -> dict[str, Any]:
+        argv = [transport.python, "-c", _CHECK_SNIPPET, self.archive.remote_path]
+        result = await transport.exec(argv, stdin=None, cap=1 << 16)
+        if result.rc == 127 or b"not found" in result.stderr:
+            raise LinkError(self.name, f"the box has no {transport.python} on PATH",
+                            fix="install Python 3.8 or newer on the box "
+                                "(apt-get install -y python3, or your image's equivalent)")
+        if result.rc != 0:
+            raise LinkError(self.name, f"{transport.python} failed on the box (exit {result.rc}):"
+                            f" {result.stderr.decode(errors='replace').strip()[-300:]}")
+        try:
+            info = json.loads(result.stdout)
+        except ValueError as exc:
+            raise LinkError(self.name, "the box's python3 printed something unexpected "
+                            "(a login banner or shell rc writing to stdout?)",
+                            fix="make ~/.bashrc quiet for non-interactive shells") from exc
+        if not isinstance(info, dict):
+            raise LinkError(self.name, "the box's python3 printed something unexpected")
+        return info
+
+    async def _deploy(self, transport: Transport) -> None:
+        info = await self._check(transport)
+        version = tuple(info.get("py") or (0, 0))
+        if version < MIN_BOX_PYTHON:
+            raise LinkError(self.name, f"the box's python3 is {'.'.join(map(str, version))}",
+                            fix="gpuroom's helper needs Python 3.8 or newer on the box")
+        if info.get("sha") == self.archive.sha256:
+            return  # the same content is already there: reuse, never overwrite
+        await transport.put_file(self.archive.remote_path, self.archive.data)
+        self.uploads += 1
+        after = await self._check(transport)
+        if after.get("sha") != self.archive.sha256:
+            raise LinkError(self.name, f"the helper on the box hashes to {after.get('sha')}, "
+                            f"expected {self.archive.sha256}",
+                            fix="check the box's disk (df -h ~, df -i ~) and retry")
+
+    def helper_argv(self, transport: Transport, *args: str) -> list[str]:
+        return [transport.python, self.archive.remote_path, *args]
+
+    async def poll(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One probe document, or LinkError; on any failure the transport is dropped."""
+        request = request or {}
+        async with self._serve_lock:
+            try:
+                return await asyncio.wait_for(self._poll(request), self._poll_deadline())
+            except LinkError:
+                await self._drop()
+                raise
+            except asyncio.CancelledError:
+                await self._drop()
+                raise
+            except (asyncio.TimeoutError, TimeoutError) as exc:
+                await self._drop()
+                raise LinkError(self.name, f"no answer within {self._poll_deadline():.0f} s",
+                                fix="the box or the link is overloaded or gone; "
+                                    "gpuroom keeps retrying") from exc
+            except (OSError, EOFError, OverflowError, ValueError, asyncssh.Error) as exc:
+                await self._drop()
+                raise LinkError(self.name, f"poll failed: {_describe(exc)}") from exc
+
+    def _poll_deadline(self) -> float:
+        # The first poll of a connection also connects and maybe uploads the helper.
+        extra = 0.0 if self._transport else CONNECT_TIMEOUT_S + LOGIN_TIMEOUT_S + 10.0
+        return self.request_timeout_s + extra
+
+    async def _poll(self, request: dict[str, Any]) -> dict[str, Any]:
+        transport = await self._connect()
+        if self.mode == "serve":
+            if self._serve is None:
+                self._serve = await transport.open_serve(self.helper_argv(transport, "serve"))
+            answer = await self._serve.request({"op": "probe", "args": request},
+                                               self.output_cap)
+            if not answer.get("ok"):
+                raise LinkError(self.name, f"helper error: {answer.get('error')}")
+            snapshot = answer.get("snapshot")
+        else:
+            result = await transport.exec(
+                self.helper_argv(transport, "probe", "--request", json.dumps(request)),
+                stdin=None, cap=self.output_cap)
+            if result.rc != 0:
+                raise LinkError(self.name, f"probe exited {result.rc}: "
+                                f"{result.stderr.decode(errors='replace').strip()[-300:]}")
+            snapshot = json.loads(result.stdout)
+        if not isinstance(snapshot, dict) or "schema" not in snapshot:
+            raise LinkError(self.name, "the helper's answer is not a probe document")
+        return snapshot
+
+    async def helper(self, *args: str, stdin: bytes | None = None,
+                     timeout_s: float = 60.0, cap: int = OUTPUT_CAP_BYTES) -> ExecResult:
+        """Run one helper subcommand on the box (queue add, kill, manifest ...)."""
+        try:
+            transport = await asyncio.wait_for(self._connect(), self._poll_deadline())
+            return await asyncio.wait_for(
+                transport.exec(self.helper_argv(transport, *args), stdin=stdin, cap=cap),
+                timeout_s)
+        except LinkError:
+            await self._drop()
+            raise
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            await self._drop()
+            raise LinkError(self.name, f"helper {args[0] if args else ''} took over "
+                            f"{timeout_s:.0f} s") from exc
+        except (OSError, EOFError, OverflowError, asyncssh.Error) as exc:
+            await self._drop()
+            raise LinkError(self.name, f"helper {args[0] if args else ''} failed: "
+                            f"{_describe(exc)}") from exc
+
+    async def _drop(self) -> None:
+        serve, self._serve = self._serve, None
+        if serve is not None:
+            serve.close()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.close()
+
+    async def close(self) -> None:
+        await self._drop()
+
+    def ssh_argv(self) -> list[str] | None:
+        """argv of an interactive shell on the box, for the `s` key; None for local."""
+        if self.host.local or not self.host.ssh:
+            return None
+        argv = ["ssh"]
+        if self.ssh_config is not None:
+            argv += ["-F", str(self.ssh_config)]
+        return [*argv, "--", self.host.ssh]
