@@ -114,12 +114,12 @@ class ServeChannel:
     async def _read_line(self, cap: int) -> bytes:
         while True:
             i = self._buf.find(b"\n")
+            if i > cap or (i < 0 and len(self._buf) > cap):
+                raise OverflowError(f"answer exceeded {cap} bytes")
             if i >= 0:
                 line = bytes(self._buf[:i])
                 del self._buf[: i + 1]
                 return line
-            if len(self._buf) > cap:
-                raise OverflowError(f"answer exceeded {cap} bytes")
             chunk = await self._reader.read(READ_CHUNK)
             if not chunk:
                 raise EOFError("the helper closed its channel")

@@ -1,0 +1,122 @@
+"""hosts.toml: bad input is a clear error naming file, place and fix; one bad host stays alone."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpuroom.tui import config as cfg
+from gpuroom.tui.cli import main
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "hosts.toml"
+    p.write_text(text)
+    return p
+
+
+def test_missing_file_means_local_host(tmp_path: Path) -> None:
+    config = cfg.load(tmp_path / "nope.toml")
+    assert config.hosts == {}
+    [only] = config.effective_hosts()
+    assert only.name == "local" and only.local
+
+
+def test_not_toml_names_file_and_line(tmp_path: Path) -> None:
+    p = write(tmp_path, "[hosts.a]\nssh = box\n")
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load(p)
+    text = str(err.value)
+    assert str(p) in text and "line 2" in text and "Fix:" in text
+
+
+def test_bad_host_is_isolated(tmp_path: Path) -> None:
+    p = write(tmp_path, """
+[hosts.good]
+ssh = "good"
+[hosts.noalias]
+profile = "runpod"
+[hosts.evil]
+ssh = "box; rm -rf ~"
+[hosts.dash]
+ssh = "-oProxyCommand=touch /tmp/x"
+""")
+    config = cfg.load(p)
+    assert config.hosts["good"].error is None
+    assert "no ssh alias" in (config.hosts["noalias"].error or "")
+    assert "[hosts.noalias]" in (config.hosts["noalias"].error or "")
+    assert "metacharacters" in (config.hosts["evil"].error or "")
+    assert "option" in (config.hosts["dash"].error or "")
+
+
+def test_wrong_types_are_named(tmp_path: Path) -> None:
+    p = write(tmp_path, """
+[hosts.a]
+ssh = "a"
+price_per_hour = "cheap"
+mounts = "/workspace"
+teardown_command = "runpodctl stop pod x"
+""")
+    err = cfg.load(p).hosts["a"].error or ""
+    assert "price_per_hour" in err and "mounts" in err and "argv list" in err
+
+
+def test_unknown_setting_is_fatal_with_fix(tmp_path: Path) -> None:
+    p = write(tmp_path, "[settings]\npoll_every = 3\n")
+    with pytest.raises(cfg.ConfigError, match=r"poll_every.*known: poll_interval_s"):
+        cfg.load(p)
+
+
+def test_save_roundtrip_mode_0600(tmp_path: Path) -> None:
+    config = cfg.Config(path=tmp_path / "sub" / "hosts.toml")
+    config.hosts["h100"] = cfg.HostConfig(name="h100", ssh="h100", profile="runpod",
+                                          price_per_hour=2.5, mounts=["/workspace"])
+    cfg.save(config)
+    mode = stat.S_IMODE(config.path.stat().st_mode)
+    assert mode == 0o600
+    again = cfg.load(config.path)
+    h = again.hosts["h100"]
+    assert (h.ssh, h.profile, h.price_per_hour, h.mounts) == ("h100", "runpod", 2.5,
+                                                               ["/workspace"])
+
+
+def test_ssh_config_aliases_skip_wildcards_and_follow_include(tmp_path: Path) -> None:
+    inc = tmp_path / "extra.conf"
+    inc.write_text("Host lambda-a100\n  HostName 10.0.0.1\n")
+    main_cfg = tmp_path / "config"
+    main_cfg.write_text(f"""
+Host *
+  ServerAliveInterval 10
+Host h100 h100-b
+  HostName 1.2.3.4
+Host gpu-?
+  User x
+Include {inc}
+Host h100
+""")
+    assert cfg.ssh_config_aliases(main_cfg) == ["h100", "h100-b", "lambda-a100"]
+
+
+def test_cli_hosts_add_list_remove_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                          ) -> None:
+    p = tmp_path / "hosts.toml"
+    assert main(["--config", str(p), "hosts", "add", "box", "--profile", "vastai"]) == 0
+    assert main(["--config", str(p), "hosts", "add", "box"]) == 2  # duplicate
+    assert main(["--config", str(p), "hosts", "add", "bad", "--ssh", "a b"]) == 2
+    ssh_cfg = tmp_path / "ssh_config"
+    ssh_cfg.write_text("Host alpha\n  HostName 127.0.0.1\nHost *.internal\n  User x\n")
+    assert main(["--config", str(p), "hosts", "import", "--ssh-config", str(ssh_cfg)]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(p), "hosts", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "box\tssh box\tprofile=vastai" in out and "alpha\tssh alpha" in out
+    assert main(["--config", str(p), "hosts", "remove", "box"]) == 0
+    assert "box" not in cfg.load(p).hosts
+
+
+def test_cli_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write(tmp_path, "not = [toml")
+    assert main(["--config", str(p), "status", "--json"]) == 2
+    assert str(p) in capsys.readouterr().err

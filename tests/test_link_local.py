@@ -1,0 +1,118 @@
+"""The local link: the same helper and the same poll path as a box, without SSH."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.fleet import Fleet, backoff_delay
+from gpuroom.tui.helper_build import build_bytes, helper_archive
+from gpuroom.tui.link import HostLink, LinkError
+from gpuroom.tui.model import LinkState
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_archive_is_deterministic_and_named_by_hash() -> None:
+    a = helper_archive()
+    entries = [("b.py", b"x"), ("a.py", b"y")]
+    assert build_bytes(entries) == build_bytes(entries)
+    assert a.filename == f"remote-{a.sha256[:12]}.pyz"
+    with zipfile.ZipFile(__import__("io").BytesIO(a.data)) as zf:
+        names = zf.namelist()
+        assert names == sorted(names)
+        assert {"__main__.py", "gpuroom/remote/probe.py", "pynvml.py"} <= set(names)
+        assert all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in zf.infolist())
+
+
+@pytest.mark.parametrize("mode", ["serve", "exec"])
+async def test_local_poll_matches_this_machine(home: Path, mode: str) -> None:
+    link = HostLink(HostConfig(name="local", local=True), mode=mode)
+    try:
+        snap = await link.poll({"mounts": [str(home)]})
+        again = await link.poll({})
+    finally:
+        await link.close()
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert snap["host"]["boot_id"] == boot_id
+    assert snap["host"]["hostname"] == os.uname().nodename
+    assert snap["helper"]["sha256"] == link.archive.sha256
+    st = os.statvfs(home)
+    [disk] = [d for d in snap["disks"] if d["path"] == str(home)]
+    assert disk["total_inodes"] == st.f_files
+    assert again["schema"] == snap["schema"]
+    assert link.uploads == 1
+    deployed = home / link.archive.remote_path
+    assert deployed.read_bytes() == link.archive.data
+
+
+async def test_second_link_reuses_deployed_helper(home: Path) -> None:
+    first = HostLink(HostConfig(name="local", local=True))
+    await first.poll({})
+    await first.close()
+    target = home / first.archive.remote_path
+    before = target.stat().st_ino
+    second = HostLink(HostConfig(name="local", local=True))
+    await second.poll({})
+    await second.close()
+    assert second.uploads == 0
+    assert target.stat().st_ino == before  # not rewritten
+
+
+async def test_corrupt_helper_is_replaced(home: Path) -> None:
+    link = HostLink(HostConfig(name="local", local=True))
+    target = home / link.archive.remote_path
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"truncated")
+    await link.poll({})
+    await link.close()
+    assert link.uploads == 1 and target.read_bytes() == link.archive.data
+
+
+async def test_oversized_answer_is_a_link_error(home: Path) -> None:
+    link = HostLink(HostConfig(name="local", local=True), output_cap=200)
+    with pytest.raises(LinkError, match="exceeded 200 bytes"):
+        await link.poll({})
+    assert not link.connected  # dropped, the next poll starts clean
+    await link.close()
+
+
+async def test_host_with_config_error_is_down_others_up(home: Path) -> None:
+    config = Config(path=home / "hosts.toml")
+    config.hosts["local"] = HostConfig(name="local", local=True)
+    config.hosts["broken"] = HostConfig(name="broken", error="hosts.toml: [hosts.broken]: no ssh")
+    fleet = Fleet(config)
+    try:
+        states = {s.name: s for s in await fleet.poll_all()}
+    finally:
+        await fleet.close()
+    assert states["local"].state is LinkState.UP
+    assert states["broken"].state is LinkState.DOWN
+    assert "no ssh" in (states["broken"].error or "")
+
+
+def test_backoff_is_capped_and_jittered() -> None:
+    import random
+
+    rng = random.Random(1)
+    delays = [backoff_delay(n, 5.0, 60.0, rng) for n in range(1, 12)]
+    assert all(d <= 60.0 for d in delays)
+    assert delays[0] <= 5.0 and max(delays) > 20.0
+    assert len({round(d, 6) for d in delays}) == len(delays)
+
+
+def test_probe_cli_on_local(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuroom.tui.cli import main
+
+    assert main(["--config", str(home / "none.toml"), "probe", "local", "--compact"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == 1 and doc["errors"] == []
