@@ -1,0 +1,76 @@
+"""The two sides stay apart: remote/ is stdlib-only Python 3.8, widgets/ never speak SSH."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REMOTE = sorted((ROOT / "remote").glob("*.py"))
+# Only the checkpoint module may import torch/numpy (lazily); pynvml ships inside the zipapp.
+REMOTE_EXTRA_ALLOWED = {"pynvml", "torch", "numpy", "gpuroom"}
+# Methods and functions added after 3.8 that a 3.8 box would fail on at run time.
+POST_38_ATTRS = {"removeprefix", "removesuffix", "is_relative_to", "bit_count", "zip_strict",
+                 "to_thread", "cache", "with_stem", "readlink", "pairwise", "batched"}
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", REMOTE, ids=lambda p: p.name)
+def test_remote_parses_as_python38_and_is_stdlib_only(path: Path) -> None:
+    source = path.read_text()
+    tree = ast.parse(source, filename=str(path), feature_version=(3, 8))
+    third_party = {
+        name for name in _imports(tree)
+        if name not in sys.stdlib_module_names and name not in REMOTE_EXTRA_ALLOWED
+    }
+    assert not third_party, f"{path.name} imports {third_party}: remote/ is stdlib only"
+    if path.name != "checkpoint.py":
+        assert not {"torch", "numpy"} & _imports(tree), f"{path.name} needs torch"
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not attrs & POST_38_ATTRS, f"{path.name} uses {attrs & POST_38_ATTRS} (3.9+)"
+    # PEP 604/585 spellings in annotations are fine only as strings (future import).
+    if any(isinstance(n, ast.AnnAssign | ast.FunctionDef) for n in ast.walk(tree)):
+        assert "from __future__ import annotations" in source or path.name == "__main__.py"
+
+
+def test_widgets_do_no_io() -> None:
+    for path in sorted((ROOT / "widgets").glob("*.py")):
+        names = _imports(ast.parse(path.read_text()))
+        assert "asyncssh" not in names, f"{path.name} speaks SSH"
+        text = path.read_text()
+        assert "gpuroom.remote" not in text and "subprocess" not in names, path.name
+
+
+def test_only_link_speaks_ssh() -> None:
+    for folder in ("tui", "widgets", "profiles", "remote"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.name == "link.py" and folder == "tui":
+                continue
+            assert "asyncssh" not in _imports(ast.parse(path.read_text())), path
+
+
+def test_distribution_installs_only_under_gpuroom() -> None:
+    """No top-level tui/remote/widgets/profiles may land in site-packages."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    setuptools = meta["tool"]["setuptools"]
+    assert all(p.startswith("gpuroom.") for p in setuptools["packages"])
+    assert set(setuptools["package-dir"]) == set(setuptools["packages"])
+    import gpuroom.remote
+    import gpuroom.tui
+
+    assert Path(gpuroom.tui.__file__).parent == ROOT / "tui"
+    assert Path(gpuroom.remote.__file__).parent == ROOT / "remote"
