@@ -68,6 +68,7 @@ class HostConfig:
     mounts: list[str] = field(default_factory=list)
     pull_to: str | None = None
     teardown_command: list[str] | None = None
+    python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
     error: str | None = None  # set when this host cannot be used; the others still work
 
     def to_toml(self) -> dict[str, Any]:
@@ -86,6 +87,8 @@ class HostConfig:
             out["pull_to"] = self.pull_to
         if self.teardown_command:
             out["teardown_command"] = list(self.teardown_command)
+        if self.python != "python3":
+            out["python"] = self.python
         return out
 
 
@@ -123,7 +126,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command"}
+              "teardown_command", "python"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -183,6 +186,12 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.teardown_command = list(teardown)
         else:
             problems.append("teardown_command must be an argv list of strings, not a shell string")
+    python = raw.get("python", "python3")
+    if isinstance(python, str) and python and check_alias(python.replace("/", "")) is None:
+        host.python = python
+    else:
+        problems.append("python must be an interpreter name or absolute path, e.g. "
+                        "\"python3.10\" or \"/opt/conda/bin/python\"")
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host

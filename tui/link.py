@@ -214,13 +214,13 @@ class LocalTransport:
 class SshTransport:
     """One asyncssh connection built from the user's ssh config, known_hosts and agent."""
 
-    python = "python3"
-
-    def __init__(self, conn: asyncssh.SSHClientConnection) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, python: str = "python3") -> None:
         self._conn = conn
+        self.python = python
 
     @classmethod
-    async def connect(cls, host: str, alias: str, ssh_config: Path | None) -> SshTransport:
+    async def connect(cls, host: str, alias: str, ssh_config: Path | None,
+                      python: str = "python3") -> SshTransport:
         config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
         try:
             conn = await asyncssh.connect(
@@ -243,7 +243,7 @@ class SshTransport:
             raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
                             fix="check that the box is up and the alias is right "
                                 f"(ssh {alias} true)") from exc
-        return cls(conn)
+        return cls(conn, python)
 
     async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
         # The remote side is a shell: quote every element once, here and nowhere else.
@@ -376,7 +376,8 @@ class HostLink:
             problem = check_alias(alias)
             if problem:
                 raise LinkError(self.name, problem, fix="use the Host alias from your ssh config")
-            transport = await SshTransport.connect(self.name, alias, self.ssh_config)
+            transport = await SshTransport.connect(self.name, alias, self.ssh_config,
+                                                   self.host.python)
         try:
             await asyncio.wait_for(self._deploy(transport), DEPLOY_TIMEOUT_S)
         except BaseException:
@@ -390,8 +391,9 @@ class HostLink:
         result = await transport.exec(argv, stdin=None, cap=1 << 16)
         if result.rc == 127 or b"not found" in result.stderr:
             raise LinkError(self.name, f"the box has no {transport.python} on PATH",
-                            fix="install Python 3.8 or newer on the box "
-                                "(apt-get install -y python3, or your image's equivalent)")
+                            fix="install Python 3.8 or newer on the box (apt-get install -y "
+                                "python3), or set python = \"/path/to/python3\" for this host "
+                                "in hosts.toml")
         if result.rc != 0:
             raise LinkError(self.name, f"{transport.python} failed on the box (exit {result.rc}):"
                             f" {result.stderr.decode(errors='replace').strip()[-300:]}")
