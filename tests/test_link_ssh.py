@@ -1,0 +1,210 @@
+"""The link against a real OpenSSH sshd on loopback (and through a real jump host)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuroom.tui.cli import main
+from gpuroom.tui.config import Config, HostConfig, Settings
+from gpuroom.tui.fleet import Fleet
+from gpuroom.tui.link import HostKeyError, HostLink, LinkError
+from gpuroom.tui.model import LinkState
+
+pytestmark = pytest.mark.sshd
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def hosts_toml(tmp_path: Path, ssh_config: Path, hosts: dict[str, dict[str, Any]]) -> Path:
+    import tomli_w
+
+    p = tmp_path / "hosts.toml"
+    p.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(ssh_config)},
+                                 "hosts": hosts}).encode())
+    return p
+
+
+def run_status(capsys: pytest.CaptureFixture[str], config: Path) -> tuple[int, dict[str, Any]]:
+    rc = main(["--config", str(config), "status", "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_status_json_matches_the_box(box: Any, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    config = hosts_toml(tmp_path, box.ssh_config, {"box": {"ssh": box.alias}})
+    rc, doc = run_status(capsys, config)
+    [host] = doc["hosts"]
+    assert rc == 0, host["error"]
+    snap = host["snapshot"]
+    assert host["state"] == "up" and host["error"] is None
+    assert snap["host"]["hostname"] == socket.gethostname()
+    assert snap["host"]["boot_id"] == BOOT_ID
+    [home] = [d for d in snap["disks"] if d["path"] == "~"]
+    assert home["real_path"] == str(box.home)
+    assert home["total_inodes"] == os.statvfs(box.home).f_files
+    # The helper ran as the box's user, from the content-named file it was given.
+    deployed = box.home / ".gpuroom" / "bin"
+    [pyz] = list(deployed.glob("remote-*.pyz"))
+    digest = hashlib.sha256(pyz.read_bytes()).hexdigest()
+    assert pyz.name == f"remote-{digest[:12]}.pyz"
+    assert snap["helper"]["sha256"] == digest
+    assert pyz.stat().st_uid == box.identity.user.uid
+
+
+async def test_second_connection_reuses_helper(box: Any) -> None:
+    host = HostConfig(name="box", ssh=box.alias)
+    first = HostLink(host, ssh_config=box.ssh_config)
+    await first.poll({})
+    await first.close()
+    pyz = box.home / first.archive.remote_path
+    inode, mtime = pyz.stat().st_ino, pyz.stat().st_mtime_ns
+    second = HostLink(host, ssh_config=box.ssh_config, mode="exec")
+    snap = await second.poll({})
+    await second.close()
+    assert first.uploads == 1 and second.uploads == 0
+    assert (pyz.stat().st_ino, pyz.stat().st_mtime_ns) == (inode, mtime)
+    assert snap["helper"]["sha256"] == first.archive.sha256
+
+
+async def test_unknown_host_key_refused_with_fingerprint(box: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    box.write_ssh_config({"box-unknown": {"UserKnownHostsFile": str(empty)}})
+    link = HostLink(HostConfig(name="b", ssh="box-unknown"), ssh_config=box.ssh_config)
+    with pytest.raises(HostKeyError) as err:
+        await link.poll({})
+    await link.close()
+    text = str(err.value)
+    expected = _fingerprint(box.host_key_pub)
+    assert expected in text
+    assert "ssh-keyscan" in text and str(box.port) in text and str(empty) in text
+    assert not (box.home / ".gpuroom").exists()  # nothing ran on an unverified box
+
+
+async def test_changed_host_key_refused_as_changed(box: Any, tmp_path: Path) -> None:
+    import asyncssh
+
+    other = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text(f"[{box.host}]:{box.port} {other}\n")
+    box.write_ssh_config({"box-changed": {"UserKnownHostsFile": str(wrong)}})
+    link = HostLink(HostConfig(name="b", ssh="box-changed"), ssh_config=box.ssh_config)
+    with pytest.raises(HostKeyError, match="CHANGED") as err:
+        await link.poll({})
+    await link.close()
+    assert "ssh-keygen -R" in str(err.value)
+
+
+def _fingerprint(pub_line: str) -> str:
+    import asyncssh
+
+    return str(asyncssh.import_public_key(pub_line).get_fingerprint("sha256"))
+
+
+async def test_killed_sshd_goes_stale_then_recovers(box: Any, tmp_path: Path) -> None:
+    config = Config(path=tmp_path / "h.toml", settings=Settings(ssh_config=str(box.ssh_config)))
+    config.hosts["box"] = HostConfig(name="box", ssh=box.alias)
+    fleet = Fleet(config)
+    try:
+        assert (await fleet.poll_host("box")).state is LinkState.UP
+        good = fleet.state("box").snapshot
+        box.kill_all()
+        t0 = time.monotonic()
+        state = await fleet.poll_host("box")
+        took = time.monotonic() - t0
+        assert state.state is LinkState.STALE, state.error
+        assert state.snapshot is good  # the last good snapshot is kept, with its age
+        assert took < 15.0
+        assert "job" not in (state.error or "").lower()  # GEN8: no verdict about runs
+        box.start()
+        state = await fleet.poll_host("box")
+        assert state.state is LinkState.UP, state.error
+    finally:
+        await fleet.close()
+
+
+async def test_frozen_box_is_stale_within_deadline(box: Any) -> None:
+    link = HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config,
+                    request_timeout_s=2.0)
+    try:
+        await link.poll({})
+        box.freeze()
+        t0 = time.monotonic()
+        with pytest.raises(LinkError, match="no answer within"):
+            await link.poll({})
+        assert time.monotonic() - t0 < 6.0
+        assert not link.connected
+        box.thaw()
+        snap = await link.poll({})
+        assert snap["host"]["boot_id"] == BOOT_ID
+    finally:
+        box.thaw()
+        await link.close()
+
+
+async def test_box_without_python_says_so(box: Any) -> None:
+    link = HostLink(HostConfig(name="box", ssh=box.alias, python="python3-not-here"),
+                    ssh_config=box.ssh_config)
+    with pytest.raises(LinkError) as err:
+        await link.poll({})
+    await link.close()
+    assert "no python3-not-here on PATH" in str(err.value) and "Fix:" in str(err.value)
+
+
+async def test_helper_answer_not_json_is_host_error(box: Any) -> None:
+    # `echo` stands in for an interpreter whose output is not the helper's JSON.
+    link = HostLink(HostConfig(name="box", ssh=box.alias, python="echo"),
+                    ssh_config=box.ssh_config)
+    with pytest.raises(LinkError, match="unexpected"):
+        await link.poll({})
+    await link.close()
+
+
+async def test_answer_over_cap_drops_connection(box: Any) -> None:
+    link = HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config,
+                    mode="exec", output_cap=300)
+    with pytest.raises(LinkError, match="exceeded 300 bytes"):
+        await link.poll({})
+    assert not link.connected
+    await link.close()
+
+
+def test_bad_hosts_fail_alone(box: Any, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    config = hosts_toml(tmp_path, box.ssh_config, {
+        "box": {"ssh": box.alias},
+        "meta": {"ssh": "box;id"},
+        "nowhere": {"ssh": "no-such-alias.invalid"},
+        "noalias": {"profile": "runpod"},
+    })
+    rc, doc = run_status(capsys, config)
+    states = {h["name"]: h for h in doc["hosts"]}
+    assert rc == 3
+    assert states["box"]["state"] == "up"
+    assert "metacharacters" in states["meta"]["error"]
+    assert states["nowhere"]["state"] == "down" and "cannot connect" in states["nowhere"]["error"]
+    assert "no ssh alias" in states["noalias"]["error"]
+
+
+@pytest.mark.netns
+def test_status_through_jump_host(jump_topology: Any, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    topo = jump_topology
+    config = hosts_toml(tmp_path, topo.ssh_config, {"far": {"ssh": "box-via-jump"},
+                                                    "jump": {"ssh": "jump"}})
+    rc, doc = run_status(capsys, config)
+    states = {h["name"]: h for h in doc["hosts"]}
+    assert rc == 0, states
+    far = states["far"]["snapshot"]
+    assert far["host"]["boot_id"] == BOOT_ID
+    assert far["host"]["hostname"] == socket.gethostname()
+    [home] = [d for d in far["disks"] if d["path"] == "~"]
+    assert home["total_inodes"] == os.statvfs(home["real_path"]).f_files
