@@ -1,0 +1,581 @@
+"""``gpuroom-remote queue ...``: a job queue on the box that finishes on its own.
+
+Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
+``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
+
+  add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--retry-on-exit]
+      [--output GLOB]... [--durable-dir DIR] [--front] [--no-start] -- ARGV...
+  config [--slots N] [--durable-dir DIR] [--idle-exit S] [--kill-grace S]
+  start                       detach a runner (tmux session gpuroom-<queue>, else setsid)
+  runner [--idle-exit S]      the runner itself, in the foreground (exit 3: one already runs)
+  ls [--json]                 the folded state
+  kill ID [--grace S] [--wait S]
+  relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
+  logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
+  install-reboot-hook         @reboot crontab line that restarts this queue's runner (GEN6)
+  _exec ...                   internal: the per-attempt wrapper
+
+``collect(session, request)`` is the probe's ``queue`` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import errno
+import fcntl
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from .queue_events import (
+    ACTIVE_STATES,
+    DEFAULT_QUEUE,
+    EventReader,
+    EventWriter,
+    check_queue_name,
+    fold,
+    list_queues,
+    queue_dir,
+    read_events,
+    root_dir,
+)
+from .queue_runner import (
+    EXIT_RUNNER_BUSY,
+    RUNNER_LOCK,
+    RUNNER_STATUS,
+    exec_main,
+    runner_main,
+    self_argv,
+)
+
+__all__ = ["EXIT_RUNNER_BUSY", "collect", "main", "parse_tmux_ls", "runner_alive"]
+
+LOG_CHUNK_MAX = 64 * 1024  # per job per probe request
+LOG_TAIL_DEFAULT = 8 * 1024  # without a cursor
+LS_JOB_LIMIT = 200
+CKPT_SCAN_LIMIT = 2000  # directory entries looked at per job per probe
+RUNNER_START_WAIT_S = 5.0
+REQUEST_WAIT_S = 15.0  # how long relaunch/remove/move wait for the runner's answer
+CRON_MARK = "# gpuroom-queue:"
+
+
+# ---------------------------------------------------------------- tmux
+
+_TMUX_LS_RE = re.compile(
+    r"^(?P<name>.+?): (?P<windows>\d+) windows? \(created (?P<created>[^)]*)\)"
+    r"(?: \[(?P<width>\d+)x(?P<height>\d+)\])?(?P<rest>.*)$")
+
+
+def parse_tmux_ls(text: str) -> List[Dict[str, Any]]:
+    """Sessions in ``tmux ls`` default output (tmux 2.x with [WxH], 3.x without)."""
+    sessions = []
+    for line in text.splitlines():
+        m = _TMUX_LS_RE.match(line.rstrip())
+        if not m:
+            continue
+        sessions.append({
+            "name": m.group("name"),
+            "windows": int(m.group("windows")),
+            "created": m.group("created"),
+            "width": int(m.group("width")) if m.group("width") else None,
+            "height": int(m.group("height")) if m.group("height") else None,
+            "attached": "(attached)" in m.group("rest"),
+        })
+    return sessions
+
+
+def _tmux_base() -> Optional[List[str]]:
+    tmux = shutil.which("tmux")
+    if not tmux:
+        return None
+    socket = os.environ.get("GPUROOM_TMUX_SOCKET")
+    return [tmux, "-L", socket] if socket else [tmux]
+
+
+def tmux_session_exists(name: str) -> bool:
+    base = _tmux_base()
+    if base is None:
+        return False
+    try:
+        proc = subprocess.run([*base, "ls"], check=False, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    text = proc.stdout.decode("utf-8", "replace")
+    return any(s["name"] == name for s in parse_tmux_ls(text))
+
+
+# ---------------------------------------------------------------- runner liveness and start
+
+def runner_alive(qdir: str) -> bool:
+    """Whether some runner holds the queue's lock; the probe's hold is shared and brief."""
+    try:
+        fd = os.open(os.path.join(qdir, RUNNER_LOCK), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    return False
+
+
+def _runner_info(qdir: str) -> Dict[str, Any]:
+    info: Dict[str, Any] = {"alive": runner_alive(qdir)}
+    try:
+        with open(os.path.join(qdir, RUNNER_STATUS)) as f:
+            status = json.load(f)
+        if isinstance(status, dict):
+            info.update({k: status.get(k) for k in ("pid", "boot_id", "started", "heartbeat",
+                                                   "blocked")})
+    except (OSError, ValueError):
+        pass
+    return info
+
+
+def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Dict[str, Any]:
+    """Detach a runner unless one holds the lock; wait (bounded) until it does."""
+    qdir = queue_dir(root, queue)
+    os.makedirs(qdir, exist_ok=True)
+    if runner_alive(qdir):
+        return {"started": False, "running": True, "method": None}
+    env_file = os.path.join(qdir, "runner.env.json")
+    tmp = f"{env_file}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(os.environ), f)
+    os.replace(tmp, env_file)
+    log_file = os.path.join(qdir, "runner.log")
+    argv = [*self_argv(), "queue", "runner", "--root", root, "--queue", queue,
+            "--env-file", env_file, "--log-file", log_file]
+    if idle_exit is not None:
+        argv += ["--idle-exit", str(idle_exit)]
+    method = None
+    session = f"gpuroom-{queue}"
+    base = _tmux_base()
+    popen = None
+    if base is not None:
+        # tmux >= 3.0 takes the command as an argv after --: no shell parses it.
+        proc = subprocess.run([*base, "new-session", "-d", "-s", session, "--", *argv],
+                              check=False,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+        if proc.returncode == 0:
+            method = "tmux"
+        else:
+            why = proc.stderr.decode("utf-8", "replace").strip()
+            sys.stderr.write(f"gpuroom queue: tmux new-session failed ({why}); using setsid\n")
+    if method is None:
+        # GEN2: own session, no terminal, stdin from /dev/null, output to a file.
+        with open(log_file, "ab") as logf:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     close_fds=True, cwd=qdir)
+        method = "setsid"
+    deadline = time.monotonic() + RUNNER_START_WAIT_S
+    while time.monotonic() < deadline:
+        if runner_alive(qdir):
+            return {"started": True, "running": True, "method": method,
+                    "session": session if method == "tmux" else None}
+        if popen is not None and popen.poll() is not None:
+            break
+        time.sleep(0.05)
+    return {"started": True, "running": runner_alive(qdir), "method": method,
+            "session": session if method == "tmux" else None}
+
+
+# ---------------------------------------------------------------- views
+
+def job_view(job: Dict[str, Any], qdir: str) -> Dict[str, Any]:
+    view = dict(job)
+    view["log"] = os.path.join(qdir, job["log"])
+    return view
+
+
+def queue_view(root: str, queue: str, limit: Optional[int] = None,
+               reader: Optional[EventReader] = None) -> Dict[str, Any]:
+    qdir = queue_dir(root, queue)
+    if reader is None:
+        events, warnings = read_events(qdir)
+    else:
+        reader.refresh()
+        events, warnings = reader.events, reader.all_warnings()
+    state = fold(events, queue)
+    jobs = sorted(state["jobs"].values(), key=lambda j: j["added_seq"])
+    if limit is not None and len(jobs) > limit:
+        # Bounded answer, but never hide what is live or waiting.
+        keep = {j["id"] for j in jobs[-limit:]}
+        jobs = [j for j in jobs if j["id"] in keep or j["state"] in ACTIVE_STATES
+                or j["state"] == "queued"]
+    return {
+        "queue": queue,
+        "dir": qdir,
+        "config": state["config"],
+        "runner": _runner_info(qdir),
+        "jobs": [job_view(j, qdir) for j in jobs],
+        "order": state["order"],
+        "pending_requests": state["pending_requests"],
+        "last_seq": state["last_seq"],
+        "jobs_total": len(state["jobs"]),
+        "warnings": warnings,
+    }
+
+
+def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
+                   max_bytes: int = LOG_CHUNK_MAX) -> Dict[str, Any]:
+    """Log bytes since the jump host's cursor; ``reset`` when the file was replaced/cut."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return {"offset": 0, "next_offset": 0, "inode": None, "size": 0, "data_b64": "",
+                "reset": bool(cursor), "missing": True}
+    with f:
+        st = os.fstat(f.fileno())
+        reset = False
+        if cursor is None:
+            start = max(0, st.st_size - LOG_TAIL_DEFAULT)
+        else:
+            start = int(cursor.get("offset") or 0)
+            if cursor.get("inode") not in (None, st.st_ino) or st.st_size < start:
+                reset, start = True, 0
+        f.seek(start)
+        data = f.read(min(max_bytes, max(0, st.st_size - start)))
+    return {"offset": start, "next_offset": start + len(data), "inode": st.st_ino,
+            "size": st.st_size, "data_b64": base64.b64encode(data).decode("ascii"),
+            "reset": reset}
+
+
+def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
+    """Liveness by artifact (U43): the newest file under the job's checkpoint dir."""
+    if not ckpt_dir or not os.path.isdir(ckpt_dir):
+        return None
+    best: Optional[Dict[str, Any]] = None
+    seen = 0
+    for dirpath, _dirs, names in os.walk(ckpt_dir):
+        for name in names:
+            seen += 1
+            if seen > CKPT_SCAN_LIMIT:
+                return best
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if best is None or st.st_mtime > best["mtime"]:
+                best = {"path": path, "size": st.st_size, "mtime": st.st_mtime}
+    return best
+
+
+def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
+    """The probe's ``queue`` section: every queue, bounded, with log bytes per cursor."""
+    root = root_dir(request.get("queue_root"))
+    cursors = request.get("logs") or {}
+    readers = session.state.setdefault("queue_readers", {})
+    out: Dict[str, Any] = {"root": root, "queues": {}}
+    for name in list_queues(root):
+        qdir = queue_dir(root, name)
+        if name not in readers:
+            readers[name] = EventReader(qdir)
+        view = queue_view(root, name, LS_JOB_LIMIT, readers[name])
+        for job in view["jobs"]:
+            key = name + "/" + job["id"]
+            if job["state"] in ACTIVE_STATES or key in cursors:
+                job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
+            if job["state"] in ACTIVE_STATES:
+                job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+        out["queues"][name] = view
+    return {"queue": out}
+
+
+# ---------------------------------------------------------------- subcommands
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", default=None, help="default: $GPUROOM_HOME or ~/.gpuroom")
+    parser.add_argument("--queue", default=DEFAULT_QUEUE)
+
+
+def _emit(doc: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def _parse_env(items: List[str]) -> Dict[str, str]:
+    env: Dict[str, str] = {}
+    for item in items:
+        if "=" not in item or item.startswith("="):
+            raise SystemExit(f"gpuroom queue: --env wants KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        env[key] = value
+    return env
+
+
+def _append_request(root: str, queue: str, ev: str, **fields: Any) -> Dict[str, Any]:
+    writer = EventWriter(queue_dir(root, queue))
+    try:
+        return writer.append(ev, **fields)
+    finally:
+        writer.close()
+
+
+def _wait_answer(root: str, queue: str, req_seq: int, timeout: float) -> Optional[Dict[str, Any]]:
+    """The runner's event answering request ``req_seq``, or None at the deadline."""
+    reader = EventReader(queue_dir(root, queue))
+    deadline = time.monotonic() + timeout
+    while True:
+        reader.refresh()
+        for ev in reader.events:
+            if ev.get("req") == req_seq or req_seq in (ev.get("reqs") or []):
+                return ev
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def _cmd_add(argv: List[str]) -> int:
+    if "--" not in argv:
+        sys.stderr.write("gpuroom queue add: put the job's argv after --\n")
+        return 2
+    cut = argv.index("--")
+    cmd = argv[cut + 1:]
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue add")
+    _common(parser)
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--cwd", default=None, help="default: the current directory")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs for the job (default 1 on a GPU box; 0 hides all GPUs)")
+    parser.add_argument("--retries", type=int, default=0)
+    parser.add_argument("--retry-on-exit", action="store_true",
+                        help="also retry non-zero exit codes (default: signals/vanish only)")
+    parser.add_argument("--output", action="append", default=[], metavar="GLOB")
+    parser.add_argument("--durable-dir", default=None)
+    parser.add_argument("--front", action="store_true")
+    parser.add_argument("--no-start", action="store_true", help="do not start a runner")
+    parser.add_argument("--idle-exit", type=float, default=None,
+                        help="idle seconds before a runner started here exits")
+    args = parser.parse_args(argv[:cut])
+    if not cmd:
+        sys.stderr.write("gpuroom queue add: empty command\n")
+        return 2
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    ev = _append_request(root, queue, "added", name=args.name, argv=cmd, cwd=cwd,
+                         env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
+                         retry_on_exit=args.retry_on_exit, outputs=args.output,
+                         durable_dir=args.durable_dir, front=args.front)
+    doc: Dict[str, Any] = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]),
+                           "seq": ev["seq"]}
+    if not args.no_start:
+        doc["runner"] = start_runner(root, queue, args.idle_exit)
+    _emit(doc)
+    return 0
+
+
+def _cmd_config(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue config")
+    _common(parser)
+    parser.add_argument("--slots", type=int, default=None, help="jobs at once (1 = serial)")
+    parser.add_argument("--durable-dir", default=None)
+    parser.add_argument("--idle-exit", type=float, default=None)
+    parser.add_argument("--kill-grace", type=float, default=None)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    ev = _append_request(root, queue, "configured", slots=args.slots,
+                         durable_dir=args.durable_dir, idle_exit_s=args.idle_exit,
+                         kill_grace_s=args.kill_grace)
+    _emit({"ok": True, "queue": queue, "seq": ev["seq"]})
+    return 0
+
+
+def _cmd_start(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue start")
+    _common(parser)
+    parser.add_argument("--idle-exit", type=float, default=None)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    doc = start_runner(root, queue, args.idle_exit)
+    doc.update({"ok": bool(doc.get("running")), "queue": queue})
+    _emit(doc)
+    return 0 if doc["ok"] else 1
+
+
+def _cmd_runner(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue runner")
+    _common(parser)
+    parser.add_argument("--idle-exit", type=float, default=None)
+    parser.add_argument("--env-file", default=None)
+    parser.add_argument("--log-file", default=None)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    return runner_main(root, queue, idle_exit_s=args.idle_exit, env_file=args.env_file,
+                       log_file=args.log_file)
+
+
+def _cmd_ls(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue ls")
+    _common(parser)
+    parser.add_argument("--json", action="store_true", help="(the output is always JSON)")
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    _emit(queue_view(root, queue, args.limit))
+    return 0
+
+
+def _request_and_wait(root: str, queue: str, ev: str, job: str, *, timeout: float,
+                      ok_events: List[str], **fields: Any) -> int:
+    qdir = queue_dir(root, queue)
+    if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
+        _emit({"ok": False, "queue": queue, "job": job, "error": f"no queue {queue!r}"})
+        return 1
+    req = _append_request(root, queue, ev, job=job, **fields)
+    # A request needs a runner to answer it; a job may still run under a dead runner, and
+    # the new runner adopts it before answering (so a kill still reaches it).
+    runner = start_runner(root, queue)
+    answer = _wait_answer(root, queue, req["seq"], timeout)
+    if answer is None:
+        _emit({"ok": False, "queue": queue, "job": job, "req": req["seq"], "runner": runner,
+               "error": f"no answer from the runner within {timeout:.0f}s (request stays pending)"})
+        return 1
+    ok = answer["ev"] in ok_events
+    _emit({"ok": ok, "queue": queue, "job": job, "req": req["seq"], "result": answer["ev"],
+           "event": answer})
+    return 0 if ok or (answer["ev"] == "rejected" and ev == "kill_requested") else 1
+
+
+def _cmd_kill(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue kill")
+    _common(parser)
+    parser.add_argument("job")
+    parser.add_argument("--grace", type=float, default=None,
+                        help="seconds between SIGTERM and SIGKILL (default 30 or the config)")
+    parser.add_argument("--wait", type=float, default=None,
+                        help="how long to wait for the runner's record (default grace + 20)")
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    wait = args.wait if args.wait is not None else (args.grace or 30.0) + 20.0
+    return _request_and_wait(root, queue, "kill_requested", args.job, timeout=wait,
+                             ok_events=["killed"], grace=args.grace)
+
+
+def _simple_request(kind: str, ok_events: List[str]) -> Any:
+    def run(argv: List[str]) -> int:
+        parser = argparse.ArgumentParser(prog=f"gpuroom-remote queue {kind}")
+        _common(parser)
+        parser.add_argument("job")
+        if kind == "move":
+            parser.add_argument("position", type=int, help="0 = next to run")
+        parser.add_argument("--wait", type=float, default=REQUEST_WAIT_S)
+        args = parser.parse_args(argv)
+        root, queue = root_dir(args.root), check_queue_name(args.queue)
+        fields = {"position": args.position} if kind == "move" else {}
+        ev = {"relaunch": "relaunch_requested", "remove": "remove_requested",
+              "move": "reorder_requested"}[kind]
+        return _request_and_wait(root, queue, ev, args.job, timeout=args.wait,
+                                 ok_events=ok_events, **fields)
+
+    return run
+
+
+def _cmd_logs(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue logs")
+    _common(parser)
+    parser.add_argument("job")
+    parser.add_argument("--offset", type=int, default=0,
+                        help="byte offset; negative counts from the end")
+    parser.add_argument("--max-bytes", type=int, default=1 << 20)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    if not re.match(r"^j\d+$", args.job):
+        sys.stderr.write(f"gpuroom queue logs: bad job id {args.job!r}\n")
+        return 2
+    path = os.path.join(queue_dir(root, queue), "logs", f"{args.job}.log")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = args.offset if args.offset >= 0 else max(0, size + args.offset)
+            f.seek(start)
+            data = f.read(max(0, args.max_bytes))
+    except FileNotFoundError:
+        sys.stderr.write(f"gpuroom queue logs: no log for {args.job} in queue {queue}\n")
+        return 1
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _cmd_install_reboot_hook(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue install-reboot-hook")
+    _common(parser)
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    crontab = shutil.which("crontab")
+    if not crontab:
+        _emit({"ok": False, "queue": queue,
+               "error": "crontab is not installed on this box; install cron or start the "
+                        "queue by hand after a reboot (queue start)"})
+        return 2
+    current = subprocess.run([crontab, "-l"], check=False, stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=10)
+    # "no crontab for USER" is exit 1 with nothing to keep.
+    lines = current.stdout.decode("utf-8", "replace").splitlines() if current.returncode == 0 \
+        else []
+    mark = f"{CRON_MARK}{root}:{queue}"
+    # cron hands the line to /bin/sh: every word is quoted on its own.
+    words = [*self_argv(), "queue", "start", "--root", root, "--queue", queue]
+    command = " ".join(shlex.quote(w) for w in words)
+    entry = f"@reboot {command} >/dev/null 2>&1 {mark}"
+    kept = [ln for ln in lines if not ln.endswith(mark)]
+    changed = [*kept, entry] != lines
+    if changed:
+        text = "\n".join([*kept, entry]) + "\n"
+        proc = subprocess.run([crontab, "-"], check=False, input=text.encode("utf-8"),
+                              capture_output=True, timeout=10)
+        if proc.returncode != 0:
+            why = proc.stderr.decode("utf-8", "replace").strip()
+            _emit({"ok": False, "queue": queue, "error": f"crontab - failed: {why}"})
+            return 1
+    _emit({"ok": True, "queue": queue, "changed": changed, "line": entry})
+    return 0
+
+
+COMMANDS = {
+    "add": _cmd_add,
+    "config": _cmd_config,
+    "start": _cmd_start,
+    "runner": _cmd_runner,
+    "ls": _cmd_ls,
+    "kill": _cmd_kill,
+    "relaunch": _simple_request("relaunch", ["requeued"]),
+    "remove": _simple_request("remove", ["removed"]),
+    "move": _simple_request("move", ["reordered"]),
+    "logs": _cmd_logs,
+    "install-reboot-hook": _cmd_install_reboot_hook,
+    "_exec": exec_main,
+}
+
+
+def main(argv: List[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        public = ",".join(c for c in COMMANDS if not c.startswith("_"))
+        sys.stdout.write("usage: gpuroom-remote queue {" + public + "} ...\n")
+        return 0 if argv else 2
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        sys.stderr.write(f"gpuroom queue: unknown subcommand {argv[0]!r}\n")
+        return 2
+    try:
+        return int(command(argv[1:]) or 0)
+    except ValueError as exc:
+        sys.stderr.write(f"gpuroom queue {argv[0]}: {exc}\n")
+        return 2

@@ -1,0 +1,398 @@
+"""The queue's only state: an append-only ``events.jsonl`` and the pure fold over it.
+
+Every line is one JSON event ``{"seq", "t", "ev", ...}``. A writer appends under an flock on
+the file (so ``seq`` is strictly increasing across the runner and the jump host's request
+subcommands), with one ``write()`` on an O_APPEND descriptor and an fsync, so kill -9 or a
+power cut leaves at most one torn last line. Readers skip a torn line and report it.
+
+Who writes what (pueue's rule: one owner of job state):
+- the jump host's subcommands append REQUESTS: ``added``, ``configured``, ``kill_requested``,
+  ``relaunch_requested``, ``remove_requested``, ``reorder_requested``;
+- only the runner appends JOB-STATE events: ``launching``, ``started``, ``exited``, ``killed``,
+  ``requeued``, ``orphaned_by_reboot``, ``vanished``, ``removed``, ``reordered``,
+  ``rejected``, ``unschedulable``, ``synced``, ``sync_failed``. An event that answers a
+  request carries ``req`` = the request's seq; a request no event answers is pending.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import fcntl
+import json
+import os
+import re
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+Event = Dict[str, Any]
+State = Dict[str, Any]
+
+EVENTS_FILE = "events.jsonl"
+DEFAULT_QUEUE = "default"
+# A tmux session name and a directory name at once: no dots, colons or slashes.
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+REQUEST_EVENTS = ("added", "configured", "kill_requested", "relaunch_requested",
+                  "remove_requested", "reorder_requested")
+# Requests the runner must answer with an event carrying ``req``.
+ANSWERED_REQUESTS = ("kill_requested", "relaunch_requested", "remove_requested",
+                     "reorder_requested")
+ACTIVE_STATES = ("launching", "running")
+FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+DEFAULT_CONFIG: Dict[str, Any] = {"slots": 1, "durable_dir": None, "idle_exit_s": 60.0,
+                                  "kill_grace_s": 30.0}
+
+
+def root_dir(root: Optional[str] = None) -> str:
+    return os.path.abspath(os.path.expanduser(
+        root or os.environ.get("GPUROOM_HOME") or "~/.gpuroom"))
+
+
+def check_queue_name(name: str) -> str:
+    if not QUEUE_NAME_RE.match(name):
+        raise ValueError(f"queue name {name!r}: use letters, digits, '_' or '-' (at most 64)")
+    return name
+
+
+def queue_dir(root: str, name: str) -> str:
+    return os.path.join(root, "queues", check_queue_name(name))
+
+
+def list_queues(root: str) -> List[str]:
+    base = os.path.join(root, "queues")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    return [n for n in names if QUEUE_NAME_RE.match(n)
+            and os.path.isfile(os.path.join(base, n, EVENTS_FILE))]
+
+
+def _last_seq_and_newline(fd: int) -> Tuple[int, bool]:
+    """Seq of the last complete event, and whether the file ends in a newline.
+
+    Reads backwards in growing windows so a long history costs one small read.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0, True
+    ends_clean = os.pread(fd, 1, size - 1) == b"\n"
+    window = 8192
+    while True:
+        start = max(0, size - window)
+        chunk = os.pread(fd, size - start, start)
+        lines = chunk.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # the first piece may be a partial line
+        for raw in reversed(lines):
+            try:
+                ev = json.loads(raw.decode("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(ev, dict) and isinstance(ev.get("seq"), int):
+                return int(ev["seq"]), ends_clean
+        if start == 0:
+            return 0, ends_clean
+        window *= 8
+
+
+class EventWriter:
+    """Appends events to one queue's file; every caller on the box goes through here."""
+
+    def __init__(self, qdir: str) -> None:
+        os.makedirs(qdir, exist_ok=True)
+        self.path = os.path.join(qdir, EVENTS_FILE)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def lock(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def unlock(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def append_locked(self, ev: str, fields: Dict[str, Any]) -> Event:
+        """Append while the caller already holds ``lock()``."""
+        last, ends_clean = _last_seq_and_newline(self.fd)
+        event: Event = {"seq": last + 1, "t": round(time.time(), 6), "ev": ev}
+        event.update(fields)
+        line = json.dumps(event, separators=(",", ":"), sort_keys=True) + "\n"
+        data = line.encode("utf-8")
+        if not ends_clean:
+            # A torn line from a killed writer: start ours on a fresh line so only the torn
+            # one is lost, not ours glued onto it.
+            data = b"\n" + data
+        written = os.write(self.fd, data)
+        if written != len(data):
+            raise OSError(errno.EIO, f"short write to {self.path} ({written} of {len(data)} bytes)")
+        os.fsync(self.fd)
+        return event
+
+    def append(self, ev: str, **fields: Any) -> Event:
+        self.lock()
+        try:
+            return self.append_locked(ev, fields)
+        finally:
+            self.unlock()
+
+
+def parse_lines(data: bytes) -> Tuple[List[Event], List[str]]:
+    """Events in ``data`` (complete lines only) and one warning per unreadable line."""
+    events: List[Event] = []
+    warnings: List[str] = []
+    for n, raw in enumerate(data.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            ev = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:
+            warnings.append(f"line {n + 1} unreadable ({exc}): {raw[:80]!r}")
+            continue
+        if not isinstance(ev, dict) or not isinstance(ev.get("seq"), int):
+            warnings.append(f"line {n + 1} is not an event: {raw[:80]!r}")
+            continue
+        events.append(ev)
+    return events, warnings
+
+
+class EventReader:
+    """Incremental reader: keeps the offset, so a runner tick reads only new bytes."""
+
+    def __init__(self, qdir: str) -> None:
+        self.path = os.path.join(qdir, EVENTS_FILE)
+        self.offset = 0
+        self.inode: Optional[int] = None
+        self.events: List[Event] = []
+        self.warnings: List[str] = []
+        self.torn_tail = False
+
+    def refresh(self) -> bool:
+        """Read what was appended; True when there were new events."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset):
+            # Replaced or truncated behind our back: start over rather than guess.
+            self.offset, self.events, self.warnings = 0, [], []
+        self.inode = st.st_ino
+        if st.st_size == self.offset:
+            return False
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(st.st_size - self.offset)
+        cut = data.rfind(b"\n")
+        complete, tail = (data[:cut + 1], data[cut + 1:]) if cut >= 0 else (b"", data)
+        self.offset += len(complete)
+        events, warnings = parse_lines(complete)
+        self.events.extend(events)
+        self.warnings.extend(warnings)
+        # An unterminated tail is either a write in flight or a torn line left by a killed
+        # writer; it is reported, and re-read next time in case it was the former.
+        self.torn_tail = bool(tail.strip())
+        return bool(events)
+
+    def all_warnings(self) -> List[str]:
+        out = list(self.warnings)
+        if self.torn_tail:
+            out.append(f"torn last line at byte {self.offset} of {self.path} (ignored)")
+        return out
+
+
+def read_events(qdir: str) -> Tuple[List[Event], List[str]]:
+    reader = EventReader(qdir)
+    reader.refresh()
+    return reader.events, reader.all_warnings()
+
+
+def _new_job(ev: Event) -> Dict[str, Any]:
+    job_id = "j" + str(ev["seq"])
+    return {
+        "id": job_id,
+        "name": ev.get("name") or job_id,
+        "argv": list(ev.get("argv") or []),
+        "cwd": ev.get("cwd"),
+        "env": dict(ev.get("env") or {}),
+        "gpus": ev.get("gpus"),
+        "retries": int(ev.get("retries") or 0),
+        "retry_on_exit": bool(ev.get("retry_on_exit")),
+        "outputs": list(ev.get("outputs") or []),
+        "durable_dir": ev.get("durable_dir"),
+        "added": ev.get("t"),
+        "added_seq": ev["seq"],
+        "state": "queued",
+        "reason": None,
+        "retries_used": 0,
+        "attempts": [],
+        "log": f"logs/{job_id}.log",
+        "sync": None,
+        "kill_pending": False,
+        "ckpt_dir": None,
+    }
+
+
+def _attempt(job: Dict[str, Any], n: Any) -> Optional[Dict[str, Any]]:
+    for a in job["attempts"]:
+        if a["attempt"] == n:
+            return a
+    return None
+
+
+def _end_attempt(job: Dict[str, Any], ev: Event, reason: str) -> None:
+    a = _attempt(job, ev.get("attempt"))
+    if a is None or a["end"] is not None:
+        return
+    a["end"] = ev.get("t")
+    a["end_reason"] = reason
+    for key in ("exit_code", "signal"):
+        if key in ev:
+            a[key] = ev[key]
+    if a["start"] is not None and a["end"] is not None:
+        a["duration"] = round(a["end"] - a["start"], 3)
+    if "duration" in ev:
+        a["duration"] = ev["duration"]
+
+
+def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
+    """The queue's state from its events; pure, so the runner and ``ls`` always agree."""
+    jobs: Dict[str, Dict[str, Any]] = {}
+    order: List[str] = []
+    config = dict(DEFAULT_CONFIG)
+    answered = set()
+    requests: Dict[int, Event] = {}
+    last_seq = 0
+
+    def place(job_id: str, front: bool) -> None:
+        if job_id in order:
+            order.remove(job_id)
+        if front:
+            order.insert(0, job_id)
+        else:
+            order.append(job_id)
+
+    for ev in events:
+        seq = ev["seq"]
+        if seq <= last_seq:
+            continue  # a duplicate or out-of-order line can never rewrite history
+        last_seq = seq
+        kind = ev.get("ev")
+        if "req" in ev:
+            answered.add(ev["req"])
+        for extra in ev.get("reqs") or []:
+            answered.add(extra)
+        if kind == "added":
+            job = _new_job(ev)
+            jobs[job["id"]] = job
+            place(job["id"], bool(ev.get("front")))
+            continue
+        if kind == "configured":
+            for key in DEFAULT_CONFIG:
+                if ev.get(key) is not None:
+                    config[key] = ev[key]
+            continue
+        if kind in ANSWERED_REQUESTS:
+            requests[seq] = ev
+            continue
+        job = jobs.get(str(ev.get("job")))
+        if job is None:
+            continue
+        if kind == "launching":
+            if job["id"] in order:
+                order.remove(job["id"])
+            job["state"] = "launching"
+            job["reason"] = None
+            job["ckpt_dir"] = ev.get("ckpt_dir")
+            job["attempts"].append({
+                "attempt": ev.get("attempt"), "boot_id": ev.get("boot_id"),
+                "start": None, "end": None, "exit_code": None, "signal": None,
+                "duration": None, "end_reason": None, "pid": None, "pgid": None,
+                "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
+            })
+        elif kind == "started":
+            a = _attempt(job, ev.get("attempt"))
+            if a is not None:
+                a.update({"start": ev.get("t"), "pid": ev.get("pid"), "pgid": ev.get("pgid"),
+                          "starttime": ev.get("starttime"), "boot_id": ev.get("boot_id")})
+            job["state"] = "running"
+        elif kind == "exited":
+            _end_attempt(job, ev, "exited")
+            code = ev.get("exit_code")
+            job["state"] = "succeeded" if code == 0 and not ev.get("signal") else "failed"
+            job["kill_pending"] = False
+            if ev.get("sync"):
+                job["sync"] = {"state": "pending"}
+        elif kind == "killed":
+            _end_attempt(job, ev, "killed")
+            if job["id"] in order:
+                order.remove(job["id"])
+            job["state"] = "killed"
+            job["kill_pending"] = False
+        elif kind in ("orphaned_by_reboot", "vanished"):
+            _end_attempt(job, ev, kind)
+            job["state"] = "failed"
+            job["reason"] = ev.get("why") or kind
+        elif kind == "unschedulable":
+            if job["id"] in order:
+                order.remove(job["id"])
+            job["state"] = "failed"
+            job["reason"] = ev.get("why")
+        elif kind == "requeued":
+            if ev.get("abandoned_attempt") is not None:
+                _end_attempt(job, {"attempt": ev["abandoned_attempt"], "t": ev.get("t")},
+                             "launch_interrupted")
+            if ev.get("retry"):
+                job["retries_used"] += 1
+            if ev.get("reason") == "relaunch":
+                job["retries_used"] = 0
+            job["state"] = "queued"
+            job["reason"] = ev.get("reason")
+            job["sync"] = None
+            place(job["id"], bool(ev.get("front", True)))
+        elif kind == "removed":
+            if job["id"] in order:
+                order.remove(job["id"])
+            job["state"] = "removed"
+        elif kind == "reordered":
+            if job["id"] in order:
+                order.remove(job["id"])
+                pos = int(ev.get("position", 0))
+                order.insert(max(0, min(pos, len(order))), job["id"])
+        elif kind == "synced":
+            job["sync"] = {"state": "synced", "t": ev.get("t"), "dest": ev.get("dest"),
+                           "files": ev.get("files")}
+        elif kind == "sync_failed":
+            job["sync"] = {"state": "failed", "t": ev.get("t"), "dest": ev.get("dest"),
+                           "reason": ev.get("why")}
+
+    pending = [requests[s] for s in sorted(requests) if s not in answered]
+    for req in pending:
+        job = jobs.get(str(req.get("job")))
+        if job is not None and req["ev"] == "kill_requested":
+            job["kill_pending"] = True
+    for pos, job_id in enumerate(order):
+        jobs[job_id]["position"] = pos
+    for job in jobs.values():
+        job.setdefault("position", None)
+    return {
+        "queue": queue,
+        "config": config,
+        "jobs": jobs,
+        "order": list(order),
+        "pending_requests": copy.deepcopy(pending),
+        "last_seq": last_seq,
+    }
+
+
+def iter_active(state: State) -> Iterator[Dict[str, Any]]:
+    for job in state["jobs"].values():
+        if job["state"] in ACTIVE_STATES:
+            yield job
+
+
+def current_attempt(job: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    return job["attempts"][-1] if job["attempts"] else None
