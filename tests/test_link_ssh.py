@@ -23,6 +23,12 @@ pytestmark = pytest.mark.sshd
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+@pytest.fixture
+def box(sshd_box: Any) -> Any:
+    """The harness's loopback box (tests/conftest.py), named for brevity here."""
+    return sshd_box
+
+
 def hosts_toml(tmp_path: Path, ssh_config: Path, hosts: dict[str, dict[str, Any]]) -> Path:
     import tomli_w
 
