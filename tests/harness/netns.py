@@ -1,0 +1,346 @@
+"""A jump topology in network namespaces: root -> jump -> box, the box unreachable from root.
+
+    root ns  gpr<sfx>a 10.213.P.1/24 ── gpr<sfx>b 10.213.P.2/24  jump ns (sshd :22)
+                                         gpr<sfx>c 10.213.Q.1/24 ── gpr<sfx>d 10.213.Q.2/24  box ns
+
+Network safety: before any namespace or address exists, the root namespace gets
+`unreachable 10.213.0.0/16` (with a metric of its own, so parallel runs each add and remove
+theirs), so a mistaken connect to a 10.213 address fails locally instead of leaving the machine.
+Root reaches the jump through the more specific connected /24; the box's /24 only exists inside
+the namespaces, so from root it hits the unreachable route. The jump needs no IP forwarding:
+ProxyJump asks the jump's sshd for a direct-tcpip channel to the box.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import procs
+from .sshd import (
+    ClientIdentity,
+    SshdServer,
+    client_options,
+    find_tool,
+    known_hosts_line,
+    render_ssh_config,
+    ssh_argv,
+    wipe_gpuroom_dir,
+)
+
+SUPERNET = "10.213.0.0/16"
+_SUPERNET_PREFIX = "10.213."
+ROUTE_METRIC_BASE = 21300  # + the pair index: one unreachable route per live topology
+SUBNET_PICK_ATTEMPTS = 20
+SSH_PORT = 22
+NS_PREFIX = "gprj"
+_IP_TIMEOUT_S = 10.0
+
+
+class NetnsUnavailable(RuntimeError):
+    """This machine does not let us create namespaces or routes; the message says why and how."""
+
+
+def _ip() -> str:
+    return find_tool("ip") or "ip"
+
+
+def _ip_run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [_ip(), *args], capture_output=True, text=True, timeout=_IP_TIMEOUT_S, check=False
+    )
+    if check and done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done
+
+
+def missing_requirements() -> str | None:
+    """Why namespaces cannot be used here, with the fix; None when they may be."""
+    if os.geteuid() != 0:
+        return "network namespaces need root: run the tests as root, as CI does"
+    if find_tool("ip") is None:
+        return "ip not installed: apt-get install iproute2"
+    return None
+
+
+def _not_permitted(stderr: str) -> bool:
+    return "Operation not permitted" in stderr or "Permission denied" in stderr
+
+
+@dataclass
+class JumpTopology:
+    """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
+
+    identity: ClientIdentity
+    workdir: Path
+    suffix: str
+    pair_index: int  # picks the two /24s and the route metric
+    jump_alias: str = "jump"
+    box_alias: str = "box-via-jump"
+    jump_sshd: SshdServer | None = field(default=None, repr=False)
+    box_sshd: SshdServer | None = field(default=None, repr=False)
+    _route_added: bool = field(default=False, repr=False)
+
+    # -- names and addresses ------------------------------------------------------------------
+    @property
+    def jump_ns(self) -> str:
+        return f"{NS_PREFIX}-jump-{self.suffix}"
+
+    @property
+    def box_ns(self) -> str:
+        return f"{NS_PREFIX}-box-{self.suffix}"
+
+    @property
+    def veths(self) -> tuple[str, str, str, str]:
+        """(root side, jump side to root, jump side to box, box side); 15 chars at most."""
+        return tuple(f"gpr{self.suffix}{end}" for end in "abcd")  # type: ignore[return-value]
+
+    @property
+    def outer_subnet(self) -> str:
+        return f"{_SUPERNET_PREFIX}{2 * self.pair_index}"
+
+    @property
+    def inner_subnet(self) -> str:
+        return f"{_SUPERNET_PREFIX}{2 * self.pair_index + 1}"
+
+    @property
+    def root_ip(self) -> str:
+        return f"{self.outer_subnet}.1"
+
+    @property
+    def jump_ip(self) -> str:
+        return f"{self.outer_subnet}.2"
+
+    @property
+    def jump_inner_ip(self) -> str:
+        return f"{self.inner_subnet}.1"
+
+    @property
+    def box_ip(self) -> str:
+        return f"{self.inner_subnet}.2"
+
+    @property
+    def route_metric(self) -> int:
+        return ROUTE_METRIC_BASE + self.pair_index
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.workdir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.workdir / "known_hosts"
+
+    @property
+    def user(self) -> str:
+        return self.identity.user.name
+
+    @property
+    def home(self) -> Path:
+        return self.identity.user.home
+
+    @property
+    def client_key(self) -> Path:
+        return self.identity.client_key
+
+    # -- build and tear down -------------------------------------------------------------------
+    def _route_args(self) -> list[str]:
+        return ["unreachable", SUPERNET, "metric", str(self.route_metric)]
+
+    def _add_safety_route(self) -> None:
+        done = _ip_run("route", "add", *self._route_args(), check=False)
+        if done.returncode != 0:
+            if _not_permitted(done.stderr):
+                raise NetnsUnavailable(
+                    f"ip route add not permitted ({done.stderr.strip()}): "
+                    "run as root with CAP_NET_ADMIN (a container needs --privileged or "
+                    "--cap-add NET_ADMIN --cap-add SYS_ADMIN)"
+                )
+            raise RuntimeError(f"ip route add {SUPERNET} failed: {done.stderr.strip()}")
+        self._route_added = True
+        shown = _ip_run("route", "show", "exact", SUPERNET).stdout
+        if not any(
+            line.startswith("unreachable") and f"metric {self.route_metric}" in line
+            for line in shown.splitlines()
+        ):
+            raise RuntimeError(f"safety route unreachable {SUPERNET} missing after adding: {shown}")
+
+    def build(self) -> None:
+        """Create everything; the caller must call teardown() whatever happens."""
+        self._add_safety_route()  # first, before any namespace or address exists
+        done = _ip_run("netns", "add", self.jump_ns, check=False)
+        if done.returncode != 0:
+            if _not_permitted(done.stderr) or "mount" in done.stderr:
+                raise NetnsUnavailable(
+                    f"ip netns add not permitted ({done.stderr.strip()}): run as root with "
+                    "CAP_SYS_ADMIN (a container needs --privileged)"
+                )
+            raise RuntimeError(f"ip netns add {self.jump_ns} failed: {done.stderr.strip()}")
+        _ip_run("netns", "add", self.box_ns)
+        root_end, jump_out, jump_in, box_end = self.veths
+        j, b = self.jump_ns, self.box_ns
+        _ip_run("link", "add", root_end, "type", "veth", "peer", "name", jump_out, "netns", j)
+        _ip_run("link", "add", jump_in, "netns", j, "type", "veth", "peer", "name", box_end,
+                "netns", b)
+        _ip_run("addr", "add", f"{self.root_ip}/24", "dev", root_end)
+        _ip_run("link", "set", root_end, "up")
+        for ns, dev, addr in (
+            (j, jump_out, self.jump_ip), (j, jump_in, self.jump_inner_ip), (b, box_end, self.box_ip)
+        ):
+            _ip_run("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip_run("-n", ns, "link", "set", dev, "up")
+        for ns in (j, b):
+            _ip_run("-n", ns, "link", "set", "lo", "up")
+
+        self.jump_sshd = SshdServer.create(
+            "jump", self.workdir, listen_host=self.jump_ip, port=SSH_PORT,
+            identity=self.identity, netns=j,
+        )
+        self.box_sshd = SshdServer.create(
+            "box", self.workdir, listen_host=self.box_ip, port=SSH_PORT,
+            identity=self.identity, netns=b,
+            probe_tcp=False,  # root cannot reach the box, by design
+        )
+        self.jump_sshd.start()
+        self.box_sshd.start()
+        self.write_client_files()
+
+    def write_client_files(self) -> None:
+        assert self.jump_sshd is not None and self.box_sshd is not None
+        self.known_hosts.write_text(
+            known_hosts_line(self.jump_ip, SSH_PORT, self.jump_sshd.host_key_pub) + "\n"
+            + known_hosts_line(self.box_ip, SSH_PORT, self.box_sshd.host_key_pub) + "\n"
+        )
+        jump = client_options(self.identity, self.jump_ip, SSH_PORT, self.known_hosts)
+        box = client_options(self.identity, self.box_ip, SSH_PORT, self.known_hosts)
+        box["ProxyJump"] = self.jump_alias
+        self.ssh_config.write_text(render_ssh_config({self.jump_alias: jump, self.box_alias: box}))
+
+    def teardown(self) -> None:
+        """Kill the sshds and whatever else runs in the namespaces, delete them, the veth and the
+        route, then check nothing is left (raises listing what is)."""
+        errors: list[str] = []
+        for server in (self.jump_sshd, self.box_sshd):
+            if server is not None:
+                try:
+                    server.kill_all()
+                except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                    errors.append(f"killing sshd {server.name}: {exc}")
+        for ns in (self.jump_ns, self.box_ns):
+            if ns in list_netns():
+                # Sessions that daemonised (tmux) left the sshd tree but still hold the namespace.
+                pids = [int(p) for p in _ip_run("netns", "pids", ns, check=False).stdout.split()]
+                try:
+                    procs.kill_pids(pids)
+                except TimeoutError as exc:
+                    errors.append(str(exc))
+                done = _ip_run("netns", "del", ns, check=False)
+                if done.returncode != 0:
+                    errors.append(f"ip netns del {ns}: {done.stderr.strip()}")
+        root_end = self.veths[0]
+        if _link_exists(root_end):
+            _ip_run("link", "del", root_end, check=False)
+        if self._route_added:
+            done = _ip_run("route", "del", *self._route_args(), check=False)
+            if done.returncode != 0:
+                errors.append(f"ip route del {SUPERNET}: {done.stderr.strip()}")
+            self._route_added = False
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        errors += self.leftovers()
+        if errors:
+            raise RuntimeError("jump topology teardown left things behind: " + "; ".join(errors))
+
+    def leftovers(self) -> list[str]:
+        """What of this topology still exists in the kernel (empty after a clean teardown)."""
+        left = [f"namespace {ns}" for ns in (self.jump_ns, self.box_ns) if ns in list_netns()]
+        left += [f"link {dev}" for dev in self.veths[:1] if _link_exists(dev)]
+        routes = _ip_run("route", "show", "exact", SUPERNET).stdout.splitlines()
+        left += [f"route {r}" for r in routes if f"metric {self.route_metric}" in r]
+        return left
+
+    # -- use ------------------------------------------------------------------------------------
+    def ssh_argv(
+        self, *remote_argv: str, alias: str | None = None,
+        options: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """argv for the plain ssh client; alias defaults to box-via-jump."""
+        return ssh_argv(self.ssh_config, alias or self.box_alias, remote_argv, options)
+
+    def run(
+        self, *remote_argv: str, alias: str | None = None,
+        options: Mapping[str, str] | None = None, timeout: float = 30.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run remote_argv through the jump (or on alias) with the plain ssh client."""
+        return subprocess.run(
+            self.ssh_argv(*remote_argv, alias=alias, options=options),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )
+
+    def reset(self) -> None:
+        """Between tests: thaw, restart a killed sshd, no ~/.gpuroom."""
+        for server in (self.jump_sshd, self.box_sshd):
+            if server is None:
+                continue
+            if server.frozen:
+                server.thaw()
+            if not server.running:
+                server.kill_all()
+                server.start()
+        wipe_gpuroom_dir(self.identity.user)
+
+
+def list_netns() -> list[str]:
+    out = _ip_run("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _link_exists(dev: str) -> bool:
+    return _ip_run("link", "show", "dev", dev, check=False).returncode == 0
+
+
+def _pick_pair_index() -> int:
+    """A pair of /24s in 10.213/16 that no address or route on this machine uses yet."""
+    used = _ip_run("-o", "addr", "show").stdout + _ip_run("route", "show", "table", "all").stdout
+    for _ in range(SUBNET_PICK_ATTEMPTS):
+        index = random.randint(1, 126)
+        subnets = (f"{_SUPERNET_PREFIX}{2 * index}.", f"{_SUPERNET_PREFIX}{2 * index + 1}.")
+        metric = f"metric {ROUTE_METRIC_BASE + index}"
+        if not any(s in used for s in subnets) and metric not in used:
+            return index
+    raise RuntimeError(f"no free /24 pair in {SUPERNET} after {SUBNET_PICK_ATTEMPTS} tries")
+
+
+@contextlib.contextmanager
+def jump_topology(identity: ClientIdentity) -> Iterator[JumpTopology]:
+    """Build a JumpTopology and always tear it down, even when building fails half-way."""
+    topo = JumpTopology(
+        identity=identity,
+        workdir=Path(tempfile.mkdtemp(prefix="gpuroom-netns-")),
+        suffix=secrets.token_hex(3),
+        pair_index=_pick_pair_index(),
+    )
+    topo.workdir.chmod(0o711)
+    try:
+        topo.build()
+        yield topo
+    finally:
+        topo.teardown()
+
+
+__all__ = [
+    "SUPERNET",
+    "JumpTopology",
+    "NetnsUnavailable",
+    "jump_topology",
+    "list_netns",
+    "missing_requirements",
+]
