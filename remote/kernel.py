@@ -375,12 +375,17 @@ def read_kernel_log(request: Dict[str, Any]) -> Dict[str, Any]:
     bytes_read = 0
     if binary is not None:
         source = "dmesg"
-        rc, err, bytes_read = _run_dmesg([binary, "--kernel", "--nopager"], parser, deadline)
-        if rc not in (0, None) and _unsupported_option(err):
-            # busybox dmesg knows neither flag; its plain output is the kernel ring too.
-            parser = KernelLogParser(keep=MAX_EVENTS, after=after)
-            rc, err, bytes_read = _run_dmesg([binary], parser, deadline)
-        if rc is None:
+        try:
+            rc, err, bytes_read = _run_dmesg([binary, "--kernel", "--nopager"], parser, deadline)
+            if rc not in (0, None) and _unsupported_option(err):
+                # busybox dmesg knows neither flag; its plain output is the kernel ring too.
+                parser = KernelLogParser(keep=MAX_EVENTS, after=after)
+                rc, err, bytes_read = _run_dmesg([binary], parser, deadline)
+        except OSError as exc:  # a dmesg that cannot be executed is a finding, not a crash
+            rc, err = -1, f"cannot run {binary}: {exc.strerror or exc}"
+        if rc == -1:
+            log, detail = "error", err
+        elif rc is None:
             log, detail = "partial", f"dmesg did not finish within {DEADLINE_S:.1f}s"
         elif rc == 0:
             log = "ok"
@@ -390,7 +395,10 @@ def read_kernel_log(request: Dict[str, Any]) -> Dict[str, Any]:
             log, detail = "error", f"dmesg exit {rc}: {err.strip()[:200]}"
     else:
         source = "kmsg"
-        log, detail = _read_kmsg(KMSG_PATH, parser, deadline)
+        try:
+            log, detail = _read_kmsg(KMSG_PATH, parser, deadline)
+        except OSError as exc:
+            log, detail = "error", f"{KMSG_PATH}: {exc.strerror or exc}"
     events = [_public(e) for e in parser.finish()] if log in ("ok", "partial") else []
     last_ts = parser.last_ts if parser.last_ts is not None else after
     return {

@@ -294,6 +294,17 @@ def test_collect_gives_up_at_the_deadline(fake_dmesg: Path,
     assert "did not finish" in section["detail"]
 
 
+def test_collect_unrunnable_dmesg_is_an_error_answer(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    broken = tmp_path / "dmesg"
+    broken.write_bytes(b"\x00\x01not an executable")
+    broken.chmod(0o755)
+    monkeypatch.setenv("GPUROOM_DMESG", str(broken))
+    section = _section()
+    assert (section["log"], section["events"]) == ("error", [])
+    assert section["detail"].startswith("cannot run " + str(broken))
+
+
 def test_collect_reads_kmsg_records_without_dmesg(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
     # The nvsentinel capture as /dev/kmsg would hold it: one record per message, its
