@@ -214,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = hsub.add_parser("import")
     p.add_argument("--ssh-config", help="ssh config to read (default ~/.ssh/config)")
     hosts.set_defaults(func=cmd_hosts)
+
+    from .queue_cmd import add_cli as add_queue_cli
+
+    add_queue_cli(sub)
     return parser
 
 

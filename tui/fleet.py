@@ -27,7 +27,8 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
                   rng: random.Random | None = None) -> float:
     """Capped exponential backoff with jitter: many hosts failing together spread out."""
     raw = min(cap_s, base_s * (2 ** max(0, failures - 1)))
-    return raw * (rng or random).uniform(0.5, 1.0)
+    jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
+    return raw * jitter
 
 
 class Recorder:
@@ -185,13 +186,14 @@ class Fleet:
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,
                         gpus: int = 0, retries: int = 0) -> str:
-        args = ["add", "--json", "--gpus", str(gpus), "--retries", str(retries)]
+        args = ["add", "--gpus", str(gpus), "--retries", str(retries)]
         if name:
             args += ["--name", name]
         out = await self._queue_call(host, *args, "--", *argv)
-        job = json.loads(out)
-        self._states[host].pending.append(f"add {job.get('id', '?')}")
-        return str(job.get("id"))
+        doc = json.loads(out)
+        job_id = str(doc.get("job"))
+        self._states[host].pending.append(f"add {job_id}")
+        return job_id
 
     async def queue_kill(self, host: str, job_id: str) -> None:
         self._states[host].pending.append(f"kill {job_id}")

@@ -1,0 +1,179 @@
+"""`gpuroom queue ...`: the box's queue from the jump host, through the helper.
+
+Every verb is one helper subcommand with an argv list; the runner on the box stays the only
+writer of job state (pueue's model). Job output is untrusted: it reaches a terminal only
+after every control sequence is stripped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from . import config as cfg
+from .fleet import Fleet
+from .link import ExecResult, LinkError
+from .sanitize import display_line
+
+LOG_CHUNK_BYTES = 256 << 10
+FOLLOW_INTERVAL_S = 1.0
+
+
+def add_cli(sub: Any) -> None:
+    queue = sub.add_parser("queue", help="the job queue on a host")
+    qsub = queue.add_subparsers(dest="queue_cmd", required=True)
+    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS...")
+    p.add_argument("host")
+    p.add_argument("--name")
+    p.add_argument("--gpus", type=int, default=None)
+    p.add_argument("--retries", type=int, default=0)
+    p.add_argument("--cwd")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--output", action="append", default=[], metavar="GLOB",
+                   help="outputs to copy to the durable dir after success")
+    p.add_argument("--durable-dir")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p = qsub.add_parser("ls", help="every job, attempt, exit code and duration")
+    p.add_argument("host")
+    p.add_argument("--json", action="store_true")
+    for verb in ("kill", "relaunch"):
+        p = qsub.add_parser(verb)
+        p.add_argument("host")
+        p.add_argument("job")
+    p = qsub.add_parser("logs", help="a job's log (-f to follow)")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("-f", "--follow", action="store_true")
+    queue.set_defaults(func=cmd_queue)
+
+
+def _fleet(args: argparse.Namespace) -> Fleet:
+    config = cfg.load(args.config and __import__("pathlib").Path(args.config))
+    names = [h.name for h in config.effective_hosts()]
+    if args.host not in names:
+        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
+                              f"(have: {', '.join(names)}). Fix: gpuroom hosts add {args.host}")
+    return Fleet(config)
+
+
+def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        err = result.stderr.decode(errors="replace").strip()[-400:]
+        raise LinkError(host, f"queue {what} failed (exit {result.rc}): {err}") from None
+    if not isinstance(doc, dict):
+        raise LinkError(host, f"queue {what}: unexpected answer")
+    return doc
+
+
+def _write_log(data: bytes, tty: bool) -> None:
+    if tty:
+        for raw in data.splitlines():
+            sys.stdout.write(display_line(raw) + "\n")
+        sys.stdout.flush()
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    fleet = _fleet(args)
+    link = fleet.link(args.host)
+    try:
+        if args.queue_cmd == "add":
+            argv = list(args.argv)
+            if argv[:1] == ["--"]:
+                argv = argv[1:]
+            if not argv:
+                print("gpuroom queue add: give the command after --", file=sys.stderr)
+                return 2
+            opts = ["--retries", str(args.retries)]
+            if args.gpus is not None:
+                opts += ["--gpus", str(args.gpus)]
+            for flag in ("name", "cwd", "durable_dir"):
+                value = getattr(args, flag)
+                if value:
+                    opts += ["--" + flag.replace("_", "-"), value]
+            for item in args.env:
+                opts += ["--env", item]
+            for item in args.output:
+                opts += ["--output", item]
+            doc = _json_or_fail(args.host, "add",
+                                await link.helper("queue", "add", *opts, "--", *argv))
+            print(json.dumps(doc))
+            return 0 if doc.get("ok") else 1
+        if args.queue_cmd == "ls":
+            doc = _json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
+            if args.json:
+                print(json.dumps(doc))
+            else:
+                _print_jobs(doc)
+            return 0
+        if args.queue_cmd in ("kill", "relaunch"):
+            doc = _json_or_fail(args.host, args.queue_cmd,
+                                await link.helper("queue", args.queue_cmd, args.job,
+                                                  timeout_s=180.0))
+            print(json.dumps(doc))
+            return 0 if doc.get("ok") else 1
+        if args.queue_cmd == "logs":
+            return await _logs(link, args)
+        return 2
+    finally:
+        await fleet.close()
+
+
+async def _logs(link: Any, args: argparse.Namespace) -> int:
+    offset = 0
+    tty = sys.stdout.isatty()
+    deadline_idle = None
+    while True:
+        result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
+                                   "--max-bytes", str(LOG_CHUNK_BYTES))
+        if result.rc != 0:
+            print(f"gpuroom: {args.host}: {result.stderr.decode(errors='replace').strip()}",
+                  file=sys.stderr)
+            return 1
+        if result.stdout:
+            _write_log(result.stdout, tty)
+            offset += len(result.stdout)
+            deadline_idle = None
+            if len(result.stdout) >= LOG_CHUNK_BYTES:
+                continue  # more is waiting: read on before sleeping
+        if not args.follow:
+            return 0
+        deadline_idle = deadline_idle or time.monotonic()
+        await asyncio.sleep(FOLLOW_INTERVAL_S)
+
+
+def _print_jobs(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"queue {doc.get('queue', '')}")
+    for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
+        table.add_column(col)
+    for job in doc.get("jobs") or []:
+        attempts = job.get("attempts") or []
+        last = attempts[-1] if attempts else {}
+        exit_text = "-"
+        if last.get("exit_code") is not None:
+            exit_text = str(last["exit_code"])
+        elif last.get("signal"):
+            exit_text = f"sig {last['signal']}"
+        duration = last.get("duration_s")
+        # Text() keeps job-provided strings from being read as rich markup.
+        table.add_row(Text(str(job.get("id"))), Text(str(job.get("name") or "")),
+                      Text(str(job.get("state"))), str(len(attempts)), exit_text,
+                      f"{duration:.1f}s" if isinstance(duration, (int, float)) else "-",
+                      Text(display_line(" ".join(job.get("argv") or []).encode())[:60]))
+    Console().print(table)
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))
