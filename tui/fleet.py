@@ -26,7 +26,7 @@ BACKOFF_CAP_S = 60.0
 def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
                   rng: random.Random | None = None) -> float:
     """Capped exponential backoff with jitter: many hosts failing together spread out."""
-    raw = min(cap_s, base_s * (2 ** max(0, failures - 1)))
+    raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
 
