@@ -1,0 +1,137 @@
+"""tui/sanitize.py: untrusted log bytes never reach the terminal as control sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuroom.tui.sanitize import (
+    MAX_DISPLAY_CHARS,
+    LineSplitter,
+    display_line,
+    sanitize_line,
+    strip_escapes,
+    truncate_display,
+)
+
+ESC = "\x1b"
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        # CSI: colours, cursor moves, erase, private modes, a cut-off final byte.
+        (f"{ESC}[31mred{ESC}[0m", "red"),
+        (f"a{ESC}[2J{ESC}[H{ESC}[10;20Hb", "ab"),
+        (f"{ESC}[?1049h{ESC}[?25lx", "x"),
+        (f"{ESC}[38;2;255;0;0mrgb", "rgb"),
+        (f"end{ESC}[", "end"),
+        # OSC terminated by BEL and by ST: clipboard write (OSC 52), title, hyperlink.
+        (f"x{ESC}]52;c;cm0gLXJmIH4=\x07y", "xy"),
+        (f"x{ESC}]0;evil title{ESC}\\y", "xy"),
+        (f"{ESC}]8;;http://evil.example{ESC}\\link{ESC}]8;;{ESC}\\", "link"),
+        # Unterminated OSC swallows the rest of the line rather than showing its payload.
+        (f"ok{ESC}]52;c;aGVsbG8=", "ok"),
+        # DCS, SOS, PM, APC strings.
+        (f"a{ESC}Pq#0;2;0;0;0#0~~{ESC}\\b", "ab"),
+        (f"a{ESC}Xsos{ESC}\\b", "ab"),
+        (f"a{ESC}^pm{ESC}\\b", "ab"),
+        (f"a{ESC}_Gf=100;AAAA{ESC}\\b", "ab"),
+        # Single-character escapes and charset selection (nF).
+        (f"a{ESC}cb", "ab"),
+        (f"a{ESC}7{ESC}8b", "ab"),
+        (f"a{ESC}(0qqq{ESC}(Bb", "aqqqb"),
+        (f"lone{ESC}", "lone"),
+        # 8-bit C1 forms: CSI 0x9b, OSC 0x9d ... ST 0x9c, NEL 0x85.
+        ("\x9b31mz", "z"),
+        ("a\x9d0;title\x9cb", "ab"),
+        ("a\x85b\x90dcs\x9cc", "abc"),
+        # C0 except tab; DEL; backspace tricks.
+        ("tab\there", "tab\there"),
+        ("bell\x07\x00nul\x08bs\x7fdel", "bellnulbsdel"),
+        # Bidi overrides that would reorder what is read.
+        ("safe\u202eevil\u202c", "safeevil"),
+        ("\u2066iso\u2069", "iso"),
+        # Plain text, including non-ASCII, passes untouched.
+        ("loss 2.31 — ünïcødé 日本 ✓", "loss 2.31 — ünïcødé 日本 ✓"),
+    ],
+)
+def test_sanitize_line_removes_every_control(raw: str, shown: str) -> None:
+    assert sanitize_line(raw) == shown
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("eval 12%\reval 54%\reval 100%", "eval 100%"),  # progress bar redraws
+        ("done\r", "done"),  # CRLF line ending resets nothing
+        ("done\r\n", "done"),
+        ("abc\r", "abc"),
+        (f"{ESC}[2K\rstep 9", "step 9"),
+    ],
+)
+def test_carriage_return_is_a_line_reset(raw: str, shown: str) -> None:
+    assert sanitize_line(raw) == shown
+
+
+def test_no_escape_or_control_survives_any_byte() -> None:
+    """Guards the whole 8-bit range: after sanitizing, no C0 (but tab), DEL or C1 is left."""
+    raw = bytes(range(256)).decode("latin-1") * 3
+    out = sanitize_line(raw)
+    assert not any(ord(c) < 0x20 and c != "\t" for c in out)
+    assert not any(0x7F <= ord(c) <= 0x9F for c in out)
+
+
+def test_strip_escapes_keeps_text_between_sequences() -> None:
+    assert strip_escapes(f"{ESC}[1mbold{ESC}[22m and {ESC}[4munder{ESC}[24m") == "bold and under"
+
+
+def test_invalid_utf8_becomes_replacement_char() -> None:
+    assert display_line(b"ok \xff\xfe bad \xc3") == "ok \ufffd\ufffd bad \ufffd"
+
+
+def test_truncate_display_marks_what_was_cut() -> None:
+    assert truncate_display("short") == "short"
+    long = "x" * (MAX_DISPLAY_CHARS + 10)
+    out = truncate_display(long)
+    assert out.startswith("x" * MAX_DISPLAY_CHARS)
+    assert out.endswith("[+10 chars]")
+
+
+def test_one_megabyte_line_is_bounded() -> None:
+    line = display_line(b"y" * (1 << 20))
+    assert len(line) < MAX_DISPLAY_CHARS + 40
+    assert f"[+{(1 << 20) - MAX_DISPLAY_CHARS} chars]" in line
+
+
+def test_splitter_joins_chunks_split_mid_character_and_mid_line() -> None:
+    data = "héllo wörld\nsecond 日本\n".encode()
+    s = LineSplitter()
+    lines: list[str] = []
+    for i in range(len(data)):  # worst case: one byte per chunk
+        lines += s.feed(data[i : i + 1])
+    assert lines == ["héllo wörld", "second 日本"]
+    assert s.flush() == []
+
+
+def test_splitter_escape_split_across_chunks_is_still_stripped() -> None:
+    s = LineSplitter()
+    assert s.feed(b"a\x1b]52;c;") == []
+    assert s.feed(b"cm0=\x07b\n") == ["ab"]
+
+
+def test_splitter_flush_and_reset() -> None:
+    s = LineSplitter()
+    assert s.feed(b"partial") == []
+    assert s.flush() == ["partial"]
+    s.feed(b"dropped")
+    s.reset()
+    assert s.feed(b"new\n") == ["new"]
+
+
+def test_splitter_bounds_a_newline_free_flood() -> None:
+    s = LineSplitter(max_pending=1000)
+    out: list[str] = []
+    for _ in range(5):
+        out += s.feed(b"z" * 400)
+    assert len(out) == 1  # emitted once the 1000-byte bound was passed
+    assert out[0] == "z" * 1200

@@ -1,0 +1,315 @@
+"""tui/view.py: snapshot dicts -> display rows, tolerant of missing and odd fields."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.view import (
+    LogChunk,
+    LogCursor,
+    advance_log,
+    dangers,
+    disk_rows,
+    fmt_age,
+    fmt_bytes,
+    gpu_absence,
+    gpu_rows,
+    gpu_summary,
+    host_row,
+    job_rows,
+    link_text,
+    log_chunk,
+    pending_add,
+    pending_kill,
+    pending_relaunch,
+    sparkline,
+    still_pending,
+)
+
+DATA = Path(__file__).parent / "data"
+PROBE: dict[str, Any] = json.loads((DATA / "probe-vm.json").read_text())
+NOW = float(PROBE["host"]["time"]) + 30
+
+
+def scenario_host(name: str, host: str) -> HostState:
+    data = json.loads((DATA / f"scenario-{name}.json").read_text())
+    h = next(h for h in data["hosts"] if h["name"] == host)
+    return HostState(name=h["name"], profile=h["profile"], state=LinkState(h["state"]),
+                     error=h["error"], snapshot=h["snapshot"], last_ok=h["last_ok"])
+
+
+def up(snapshot: dict[str, Any] | None, name: str = "box") -> HostState:
+    return HostState(name=name, state=LinkState.UP, snapshot=snapshot, last_ok=NOW - 30)
+
+
+# ------------------------------------------------------------------ formatting
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (-5, "0s"), (42, "42s"), (180, "3m"), (7500, "2h05m"), (3 * 86400 + 7200, "3d02h")],
+)
+def test_fmt_age(seconds: float | None, text: str) -> None:
+    assert fmt_age(seconds) == text
+
+
+def test_fmt_bytes_is_df_h_like() -> None:
+    assert [fmt_bytes(n) for n in (None, 512, 1536, 252 * 2**30)] == ["-", "512B", "1.5K", "252G"]
+
+
+def test_sparkline_scales_to_the_hardware_max() -> None:
+    # A GPU stuck at half clock reads half-height even though it never changes (U23).
+    assert sparkline([990.0, 990.0], top=1980) == "▅▅"
+    assert sparkline([None, 1980.0], top=1980) == " █"
+    assert sparkline([], top=None) == ""
+
+
+# ------------------------------------------------------------------ link state
+
+
+def test_link_text_up_stale_down() -> None:
+    h = up(PROBE)
+    assert link_text(h, NOW) == "UP"
+    h.state = LinkState.STALE
+    h.last_ok = NOW - 180
+    assert link_text(h, NOW) == "STALE 3m"
+    h.state, h.error = LinkState.DOWN, "Connection refused"
+    assert link_text(h, NOW) == "DOWN: Connection refused"
+    assert link_text(HostState("never"), NOW) == "DOWN: never answered"
+
+
+# ------------------------------------------------------------------ GPUs
+
+
+def test_gpu_rows_from_the_throttle_scenario() -> None:
+    rows = gpu_rows(scenario_host("throttle", "a10-c").snapshot)
+    a10, rtx = rows
+    assert (a10.sm_mhz, a10.sm_max_mhz, a10.power_w, a10.power_limit_w) == (210, 1695, 21.3, 150)
+    assert a10.mem_total_mib == 23028
+    # "idle" is a clock-event reason that costs nothing: not shown as throttling.
+    assert a10.throttle == ("hw_slowdown", "hw_power_brake_slowdown")
+    assert a10.throttle_short == "HwSlow,PwrBrake"
+    assert rtx.throttle == ("sw_power_cap",) and rtx.level == "warn"
+
+
+def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
+    snap = {"gpus": {"devices": [{"name": "X", "power_w": "55.5", "throttle_reasons": "bad"},
+                                 "not a dict", {"index": 3, "mem_used_mib": 512,
+                                                "throttle_reasons": {"SW Power Cap": True,
+                                                                     "Idle": True}}]}}
+    rows = gpu_rows(snap)
+    assert [r.index for r in rows] == [0, 3]
+    assert rows[0].power_w == 55.5 and rows[0].sm_mhz is None and rows[0].throttle == ()
+    assert rows[1].mem_used_mib == 512 and rows[1].throttle == ("sw_power_cap",)
+
+
+def test_gpu_absence_reasons() -> None:
+    assert gpu_absence(None) == "no snapshot yet"
+    # The real probe of the dev VM (no GPU, no driver) says why in gpu_error.
+    assert gpu_absence(PROBE) == PROBE["gpu_error"]
+    assert gpu_absence({"host": {}}) == "not reported by the probe"
+    assert gpu_absence({"gpus": []}) == "none found"
+    assert gpu_absence({"gpus": {"devices": [], "reason": "NVML: driver not loaded"}}) == (
+        "NVML: driver not loaded"
+    )
+    err = {"errors": [{"section": "gpus", "error": "NVMLError: Unknown"}]}
+    assert gpu_absence(err) == "NVMLError: Unknown"
+    assert gpu_absence(scenario_host("healthy", "h100-a").snapshot) is None
+
+
+def test_gpu_summary_for_the_hosts_table() -> None:
+    rows = gpu_rows(scenario_host("healthy", "h100-a").snapshot)
+    count, sm, power = gpu_summary(rows)
+    assert count == "8x H100 80GB"
+    assert sm == "1980/1980"
+    assert power == f"{259 + 264 + 266 + 268 + 246 + 249 + 263 + 245}/5600"
+    assert gpu_summary([]) == ("0", "-", "-")
+
+
+# ------------------------------------------------------------------ disks
+
+
+def test_disk_rows_from_the_real_probe_dedupe_same_device() -> None:
+    rows = disk_rows(PROBE)
+    # "~" and the cwd are one filesystem on the dev VM: shown once.
+    assert len(rows) == 1
+    d = rows[0]
+    assert d.path == "~"
+    disk = PROBE["disks"][0]
+    assert d.used_bytes == disk["total_bytes"] - disk["free_bytes"]
+    assert d.level == "ok"
+
+
+def test_inode_alarm_even_when_bytes_look_fine() -> None:
+    rows = disk_rows(scenario_host("inode", "h100-a").snapshot)
+    data = next(r for r in rows if r.path == "/data")
+    assert data.bytes_level == "ok"  # 34 % used
+    assert data.inodes_level == "crit"  # 99 % (fixtures/df/moby-37077)
+    assert data.level == "crit"
+
+
+@pytest.mark.parametrize(
+    ("bytes_pct", "inodes_pct", "bytes_level", "inodes_level"),
+    [(84, 79, "ok", "ok"), (85, 80, "warn", "warn"), (94.9, 89.9, "warn", "warn"),
+     (95, 90, "crit", "crit")],
+)
+def test_disk_thresholds(bytes_pct: float, inodes_pct: float, bytes_level: str,
+                         inodes_level: str) -> None:
+    snap = {"disks": [{"path": "/d", "total_bytes": 1000, "free_bytes": 1000 - bytes_pct * 10,
+                       "total_inodes": 1000, "free_inodes": 1000 - inodes_pct * 10}]}
+    (d,) = disk_rows(snap)
+    assert (d.bytes_level, d.inodes_level) == (bytes_level, inodes_level)
+
+
+def test_disk_error_and_no_inode_accounting() -> None:
+    snap = {"disks": [{"path": "/gone", "error": "FileNotFoundError: nope"},
+                      {"path": "/btrfs", "total_bytes": 100, "free_bytes": 50,
+                       "total_inodes": 0, "free_inodes": 0}]}
+    gone, btrfs = disk_rows(snap)
+    assert gone.error == "FileNotFoundError: nope" and gone.level == "ok"
+    assert btrfs.inodes_pct is None and btrfs.bytes_pct == 50
+
+
+# ------------------------------------------------------------------ jobs, pending actions
+
+
+def test_job_rows_from_the_healthy_scenario() -> None:
+    h = scenario_host("healthy", "h100-a")
+    done, running, queued = job_rows(h, NOW)
+    assert (running.id, running.state, running.attempt) == ("j3", "running", 2)
+    # Ages come from the box clock extrapolated with the injected now: fixed, not wall time.
+    assert fmt_age(running.runtime_s) == "3h07m"
+    assert fmt_age(running.ckpt_age_s) == "9m"
+    assert running.command.startswith("torchrun --nproc-per-node=8 train.py")
+    assert (done.exit_code, fmt_age(done.runtime_s)) == (0, "1h00m")
+    assert queued.runtime_s is None and queued.ckpt_age_s is None
+
+
+def test_job_rows_tolerate_other_queue_shapes() -> None:
+    snap = {"queue": [{"job_id": 7, "status": "failed", "returncode": "1", "command": "a b"},
+                      42]}
+    (row,) = job_rows(up(snap), NOW)
+    assert (row.id, row.state, row.exit_code, row.command) == ("7", "failed", 1, "a b")
+    assert row.level == "crit"
+    assert job_rows(up({"queue": {"jobs": "nope"}}), NOW) == []
+    assert job_rows(up(None), NOW) == []
+
+
+def test_pending_actions_show_until_a_snapshot_confirms_them() -> None:
+    h = scenario_host("healthy", "h100-a")
+    h.pending = [pending_kill("j3"), pending_add("j9", "sweep")]
+    rows = {r.id: r for r in job_rows(h, NOW)}
+    assert rows["j3"].pending == "kill" and rows["j3"].state == "running"
+    assert rows["j9"].pending == "add" and rows["j9"].name == "sweep"
+    # The same snapshot confirms nothing.
+    assert still_pending(pending_kill("j3"), h.snapshot)
+    assert still_pending(pending_add("j9", "sweep"), h.snapshot)
+    # A later snapshot where j3 ended and j9 exists confirms both.
+    later: dict[str, Any] = json.loads(json.dumps(h.snapshot))
+    jobs = later["queue"]["queues"]["default"]["jobs"]
+    next(j for j in jobs if j["id"] == "j3")["state"] = "killed"
+    jobs.append({"id": "j9", "state": "queued"})
+    assert not still_pending(pending_kill("j3"), later)
+    assert not still_pending(pending_add("j9", "sweep"), later)
+
+
+def test_relaunch_confirmed_by_a_higher_attempt() -> None:
+    j5: dict[str, Any] = {"id": "j5", "state": "failed",
+                          "attempts": [{"attempt": n, "exit_code": 137} for n in (1, 2, 3)]}
+    snap = {"queue": {"queues": {"default": {"jobs": [j5]}}}}
+    (row,) = job_rows(up(snap), NOW)
+    assert row.attempt == 3 and row.exit_code == 137
+    entry = pending_relaunch("j5", 3)
+    assert still_pending(entry, snap)
+    j5["state"] = "running"
+    j5["attempts"].append({"attempt": 4, "start": NOW - 60})
+    assert not still_pending(entry, snap)
+    # Without a known attempt, a live state is the confirmation.
+    assert not still_pending(pending_relaunch("j5", None), snap)
+
+
+# ------------------------------------------------------------------ log bytes
+
+
+def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
+    h = scenario_host("healthy", "h100-a")
+    chunk = log_chunk(h.snapshot, "j3")
+    assert chunk is not None and chunk.offset == 0 and not chunk.reset
+    assert chunk.data.startswith(b"loading config")
+    assert log_chunk(h.snapshot, "j2") is None  # no log section
+    bad = {"queue": {"jobs": [{"id": "x", "log": {"data_b64": "!!not base64!!"}}]}}
+    assert log_chunk(bad, "x") is None
+
+
+def chunk(offset: int, data: bytes, *, inode: int = 1, reset: bool = False,
+          size: int | None = None) -> LogChunk:
+    return LogChunk("j", offset, inode, size if size is not None else offset + len(data),
+                    data, reset)
+
+
+def test_advance_log_shows_each_byte_once() -> None:
+    data, fresh, skipped, cur = advance_log(None, chunk(0, b"abc\n"))
+    assert (data, fresh, skipped, cur) == (b"abc\n", True, 0, LogCursor("j", 1, 4))
+    # The same snapshot handled twice adds nothing.
+    assert advance_log(cur, chunk(0, b"abc\n"))[:3] == (b"", False, 0)
+    # Overlap: only the new tail.
+    data, fresh, _, cur = advance_log(cur, chunk(2, b"c\nde\n"))
+    assert (data, fresh, cur.end) == (b"de\n", False, 7)
+    # A gap (the helper capped what it sent) is reported, not hidden.
+    data, fresh, skipped, cur = advance_log(cur, chunk(20, b"z\n"))
+    assert (data, skipped, cur.end) == (b"z\n", 13, 22)
+
+
+@pytest.mark.parametrize(
+    "later",
+    [chunk(0, b"new\n", reset=True), chunk(22, b"x\n", inode=2), chunk(0, b"y\n", size=2)],
+    ids=["reset-flag", "new-inode", "truncated"],
+)
+def test_advance_log_restarts_on_rotation(later: LogChunk) -> None:
+    cur = LogCursor("j", 1, 22)
+    _, fresh, _, new = advance_log(cur, later)
+    assert fresh and new.end == later.offset + len(later.data)
+
+
+# ------------------------------------------------------------------ hosts table, banner
+
+
+def test_host_row_for_a_host_without_gpu() -> None:
+    row = host_row(up(PROBE, "local"), NOW)
+    assert (row.state, row.gpus, row.sm_clock, row.job, row.billed, row.findings) == (
+        "UP", "no GPU", "-", "-", "-", "-")
+    assert row.disk_pct.endswith("%") and row.level == "ok"
+
+
+def test_host_row_never_polled() -> None:
+    row = host_row(HostState("new"), NOW)
+    assert row.state == "DOWN: never answered" and row.gpus == "-" and row.level == "crit"
+
+
+def test_dangers_most_urgent_first() -> None:
+    stale = scenario_host("stale", "rtx-b")
+    inode = scenario_host("inode", "h100-a")
+    failed = scenario_host("failed", "h100-a")
+    throttled = scenario_host("throttle", "a10-c")
+    items = dangers([throttled, stale, inode, failed], NOW)
+    texts = [d.text for d in items]
+    assert [d.level for d in items] == sorted((d.level for d in items),
+                                              key=lambda lv: lv != "crit")
+    assert "h100-a /data inodes 99% (df -i; U7)" in texts
+    assert "h100-a job finetune failed exit 137" in texts
+    assert "rtx-b STALE 3m" in texts
+    assert any(t.startswith("a10-c GPU0 throttled") for t in texts)
+    assert dangers([up(PROBE)], NOW) == []
+
+
+def test_log_section_round_trip_of_the_scenario_text() -> None:
+    h = scenario_host("healthy", "h100-a")
+    jobs = h.snapshot["queue"]["queues"]["default"]["jobs"]  # type: ignore[index]
+    raw = next(j for j in jobs if j["id"] == "j3")["log_chunk"]["data_b64"]
+    assert base64.b64decode(raw).count(b"\n") == 8

@@ -1,0 +1,450 @@
+"""The control room: hosts, the selected host's queue/GPUs/disks, a job's log, the danger banner.
+
+The app owns selection and pushes data down into the panes; the fleet (FleetAPI) is the only
+thing that talks to boxes, and every call to it runs in a worker so the screen never blocks.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SuspendNotSupported
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Horizontal
+from textual.widgets import Footer, Input
+
+from gpuroom.tui.fleetapi import FleetAPI
+from gpuroom.tui.messages import HostChanged, HostSelected, JobSelected
+from gpuroom.tui.model import HostState
+from gpuroom.tui.screens import (
+    KEYS,
+    AddJobRequest,
+    AddJobScreen,
+    ConfirmScreen,
+    HelpScreen,
+)
+from gpuroom.tui.view import (
+    ENDED_JOB_STATES,
+    HISTORY_LEN,
+    GpuView,
+    JobRow,
+    dangers,
+    disk_rows,
+    gpu_absence,
+    gpu_rows,
+    host_row,
+    job_rows,
+    log_chunk,
+    pending_add,
+    pending_kill,
+    pending_relaunch,
+    still_pending,
+)
+from gpuroom.widgets.banner import DangerBanner
+from gpuroom.widgets.disk import DiskPanel
+from gpuroom.widgets.gpu import GpuPanel
+from gpuroom.widgets.hosts import HostsTable
+from gpuroom.widgets.logtail import LogTail
+from gpuroom.widgets.queue import QueueTable
+
+Spawn = Callable[[list[str]], int]
+
+class GpuroomCommands(Provider):
+    """Every action of KEYS as a ctrl+p command."""
+
+    def _commands(self) -> Iterator[tuple[str, str, str]]:
+        for k in KEYS:
+            if k.palette and k.action:
+                yield k.description, k.action, k.key
+
+    async def discover(self) -> Hits:
+        for description, action, _ in self._commands():
+            yield DiscoveryHit(description, partial(self.app.run_action, action))
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for description, action, _ in self._commands():
+            score = matcher.match(description)
+            if score > 0:
+                yield Hit(
+                    score,
+                    matcher.highlight(description),
+                    partial(self.app.run_action, action),
+                )
+
+
+class GpuroomApp(App[None]):
+    """gpuroom's TUI. ``clock`` is injectable so ages in tests and snapshots are fixed."""
+
+    TITLE = "gpuroom"
+    CSS = """
+    Screen { layout: vertical; }
+    #filter { display: none; height: 1; border: none; padding: 0 1; }
+    #filter.-shown { display: block; }
+    #row1 { height: 14; }
+    #row2 { height: 1fr; }
+    #queue, #gpu, #log, #disk { border-top: solid $panel-lighten-2; }
+    #queue:focus-within, #log:focus { border-top: solid $accent; }
+    #gpu { width: 1fr; }
+    #queue { width: 1fr; }
+    #log { width: 2fr; }
+    #disk { width: 1fr; }
+    HostsTable:focus { background-tint: $accent 5%; }
+    /* 80 columns: panes stack, the numbers that matter stay on screen. */
+    .-narrow #row1 { layout: vertical; height: 11; }
+    .-narrow #queue { width: 1fr; height: 5; }
+    .-narrow #gpu { width: 1fr; height: 6; }
+    .-narrow HostsTable { max-height: 5; }
+    .-narrow #disk { width: 38; }
+    """
+    HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 (App declares it as a plain list)
+        (0, "-narrow"),
+        (120, "-wide"),
+    ]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(
+            Binding(k.key, k.action, k.short or k.description, show=bool(k.short))
+            for k in KEYS
+            if k.action and k.action != "command_palette"
+        ),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+    COMMANDS: ClassVar = App.COMMANDS | {GpuroomCommands}
+
+    def __init__(
+        self,
+        fleet: FleetAPI,
+        *,
+        clock: Callable[[], float] = time.time,
+        spawn: Spawn = subprocess.call,
+    ) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.clock = clock
+        self._spawn = spawn
+        self.selected_host: str | None = None
+        self.host_filter = ""
+        self._job_choice: dict[str, str] = {}  # host -> job the user picked
+        self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
+        self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
+        self._history_at: dict[str, float | None] = {}
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield DangerBanner(id="banner")
+        yield Input(placeholder="filter hosts (enter keeps, esc clears)", id="filter")
+        yield HostsTable(id="hosts")
+        with Horizontal(id="row1"):
+            yield QueueTable(id="queue")
+            yield GpuPanel(id="gpu")
+        with Horizontal(id="row2"):
+            yield LogTail(id="log")
+            yield DiskPanel(id="disk")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#queue", QueueTable).border_title = "queue"
+        self.query_one("#disk", DiskPanel).border_title = "disk (df -h | df -i)"
+        self._refresh_fleet_panes()
+        hosts = self.fleet.hosts()
+        if hosts:
+            self._select(hosts[0].name)
+        self.query_one(HostsTable).focus()
+        self._run_fleet()
+
+    @work(group="fleet", exit_on_error=False)
+    async def _run_fleet(self) -> None:
+        try:
+            await self.fleet.run(lambda host: self.post_message(HostChanged(host)))
+        except Exception as exc:
+            self.notify(
+                f"fleet polling stopped: {exc}. Fix: check the hosts config, then restart.",
+                severity="error",
+                timeout=30,
+            )
+            raise
+
+    # ------------------------------------------------------------------ state -> panes
+
+    def host(self, name: str | None) -> HostState | None:
+        return next((h for h in self.fleet.hosts() if h.name == name), None)
+
+    def _visible_hosts(self) -> list[HostState]:
+        needle = self.host_filter.lower()
+        return [h for h in self.fleet.hosts() if needle in h.name.lower()]
+
+    def _refresh_fleet_panes(self) -> None:
+        now = self.clock()
+        self.query_one(HostsTable).hosts = tuple(host_row(h, now) for h in self._visible_hosts())
+        self.query_one(DangerBanner).items = tuple(dangers(self.fleet.hosts(), now))
+
+    def _record_gpu_history(self, h: HostState) -> None:
+        # One point per good snapshot, however often the host is redrawn.
+        if h.last_ok is None or self._history_at.get(h.name) == h.last_ok:
+            return
+        self._history_at[h.name] = h.last_ok
+        sm = self._gpu_sm.setdefault(h.name, {})
+        pw = self._gpu_pw.setdefault(h.name, {})
+        for g in gpu_rows(h.snapshot):
+            sm.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.sm_mhz)
+            pw.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.power_w)
+
+    def _refresh_host_panes(self) -> None:
+        h = self.host(self.selected_host)
+        queue = self.query_one(QueueTable)
+        if h is None:
+            queue.host = ""
+            queue.jobs = ()
+            self.query_one(GpuPanel).view = None
+            self.query_one(DiskPanel).disks = ()
+            self.query_one(LogTail).show("")
+            return
+        now = self.clock()
+        queue.host = h.name
+        queue.border_title = Text(f"queue {h.name}")
+        queue.jobs = tuple(job_rows(h, now))
+        rows = tuple(gpu_rows(h.snapshot))
+        sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
+        self.query_one(GpuPanel).view = GpuView(
+            host=h.name,
+            rows=rows,
+            absence=gpu_absence(h.snapshot),
+            sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
+            power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
+        )
+        disk = self.query_one(DiskPanel)
+        disk.disks = tuple(disk_rows(h.snapshot))
+        self._restore_job_cursor(h.name)
+        self._refresh_log()
+
+    def _restore_job_cursor(self, host: str) -> None:
+        queue = self.query_one(QueueTable)
+        wanted = self._job_choice.get(host)
+        ids = [j.id for j in queue.jobs]
+        if wanted not in ids:
+            # Default to what the user most likely wants to read: the running job.
+            wanted = next((j.id for j in queue.jobs if j.state == "running"), None)
+        if wanted in ids:
+            queue.move_cursor(row=ids.index(wanted), animate=False)
+
+    def _refresh_log(self) -> None:
+        log = self.query_one(LogTail)
+        h = self.host(self.selected_host)
+        job = self.query_one(QueueTable).selected_job
+        if h is None or job is None or job.pending == "add":
+            log.show("")
+            return
+        log.show(f"{h.name}/{job.id}")
+        chunk = log_chunk(h.snapshot, job.id)
+        if chunk is not None:
+            log.append_chunk(chunk)
+
+    def _select(self, host: str) -> None:
+        self.selected_host = host
+        self._refresh_host_panes()
+
+    # ------------------------------------------------------------------ messages
+
+    @on(HostChanged)
+    def _host_changed(self, message: HostChanged) -> None:
+        h = self.host(message.host)
+        if h is not None:
+            h.pending[:] = [p for p in h.pending if still_pending(p, h.snapshot)]
+            self._record_gpu_history(h)
+        self._refresh_fleet_panes()
+        if self.selected_host is None and self.fleet.hosts():
+            self._select(self.fleet.hosts()[0].name)
+        elif message.host == self.selected_host:
+            self._refresh_host_panes()
+
+    @on(HostSelected)
+    def _host_selected(self, message: HostSelected) -> None:
+        self._select(message.host)
+
+    @on(JobSelected)
+    def _job_selected(self, message: JobSelected) -> None:
+        if message.host:
+            self._job_choice[message.host] = message.job_id
+        self._refresh_log()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.host_filter = event.value
+        self._refresh_fleet_panes()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(HostsTable).focus()
+
+    # ------------------------------------------------------------------ actions
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("-shown")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        self.host_filter = ""
+        self._refresh_fleet_panes()
+        self.query_one(HostsTable).focus()
+
+    def action_toggle_follow(self) -> None:
+        log = self.query_one(LogTail)
+        log.follow = not log.follow
+
+    def _selected_job(self, verb: str) -> tuple[HostState, JobRow] | None:
+        h = self.host(self.selected_host)
+        job = self.query_one(QueueTable).selected_job
+        if h is None or job is None or job.pending == "add":
+            where = f"on {h.name}" if h else "(no host selected: enter on a host)"
+            self.notify(f"nothing to {verb}: no job selected {where}", severity="warning")
+            return None
+        return h, job
+
+    def action_kill(self) -> None:
+        picked = self._selected_job("kill")
+        if picked is None:
+            return
+        h, job = picked
+        if job.state.lower() in ENDED_JOB_STATES:
+            self.notify(f"job {job.id} on {h.name} already {job.state}", severity="warning")
+            return
+        label = f"{job.id} ({job.name})" if job.name else job.id
+        question = f"Kill job {label} on {h.name}?\n{job.command}"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._send_kill(h.name, job.id)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def action_relaunch(self) -> None:
+        picked = self._selected_job("relaunch")
+        if picked is not None:
+            h, job = picked
+            self._send_relaunch(h.name, job.id, job.attempt)
+
+    def action_add_job(self) -> None:
+        h = self.host(self.selected_host)
+        if h is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+
+        def submitted(request: AddJobRequest | None) -> None:
+            if request is not None:
+                self._send_add(h.name, request)
+
+        self.push_screen(AddJobScreen(h.name), submitted)
+
+    def action_refresh(self) -> None:
+        self._send_refresh(self.selected_host)
+
+    def action_ssh(self) -> None:
+        host = self.selected_host
+        if host is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+        argv = self.fleet.ssh_argv(host)
+        if argv is None:
+            self.notify(f"{host} is this machine: no ssh needed", severity="information")
+            return
+        try:
+            with self.suspend():
+                rc = self._spawn(argv)
+        except SuspendNotSupported:
+            self.notify(
+                f"cannot hand the terminal to ssh here. Run it yourself: {shlex.join(argv)}",
+                severity="error",
+            )
+            return
+        except OSError as exc:
+            self.notify(
+                f"ssh to {host} did not start: {exc}. Fix: install OpenSSH or check PATH.",
+                severity="error",
+            )
+            return
+        if rc:
+            self.notify(f"ssh {host} exited with status {rc}", severity="warning")
+
+    # ------------------------------------------------------------------ workers (network)
+
+    def _pending(self, host: str, entry: str) -> HostState | None:
+        h = self.host(host)
+        if h is not None:
+            h.pending.append(entry)
+            if host == self.selected_host:
+                self._refresh_host_panes()
+        return h
+
+    def _unpend(self, h: HostState | None, entry: str) -> None:
+        if h is not None and entry in h.pending:
+            h.pending.remove(entry)
+            if h.name == self.selected_host:
+                self._refresh_host_panes()
+
+    def _failed(self, what: str, host: str, exc: Exception, fix: str) -> None:
+        self.notify(f"{what} on {host} failed: {exc}. Fix: {fix}", severity="error", timeout=15)
+
+    @work(exclusive=True, group="kill", exit_on_error=False)
+    async def _send_kill(self, host: str, job_id: str) -> None:
+        entry = pending_kill(job_id)
+        h = self._pending(host, entry)
+        try:
+            await self.fleet.queue_kill(host, job_id)
+        except Exception as exc:
+            self._unpend(h, entry)
+            self._failed(f"kill of job {job_id}", host, exc,
+                         "check the host is UP (r polls now), then K again")
+
+    @work(exclusive=True, group="relaunch", exit_on_error=False)
+    async def _send_relaunch(self, host: str, job_id: str, attempt: int | None) -> None:
+        entry = pending_relaunch(job_id, attempt)
+        h = self._pending(host, entry)
+        try:
+            await self.fleet.queue_relaunch(host, job_id)
+        except Exception as exc:
+            self._unpend(h, entry)
+            self._failed(f"relaunch of job {job_id}", host, exc,
+                         "check the host is UP (r polls now), then R again")
+
+    @work(exclusive=True, group="add", exit_on_error=False)
+    async def _send_add(self, host: str, request: AddJobRequest) -> None:
+        label = request.name or shlex.join(request.argv)[:30]
+        # Shown at once; its id is known only when the box answers.
+        entry = pending_add("?", label)
+        h = self._pending(host, entry)
+        try:
+            job_id = await self.fleet.queue_add(
+                host, request.argv, name=request.name, gpus=request.gpus,
+                retries=request.retries,
+            )
+        except Exception as exc:
+            self._unpend(h, entry)
+            self._failed(f"adding job {label!r}", host, exc,
+                         "check the host is UP and the command, then a again")
+            return
+        self._unpend(h, entry)
+        self._pending(host, pending_add(job_id, label))
+
+    @work(exclusive=True, group="refresh", exit_on_error=False)
+    async def _send_refresh(self, host: str | None) -> None:
+        try:
+            await self.fleet.refresh(host)
+        except Exception as exc:
+            self._failed("poll", host or "the fleet", exc, "see the host's state for the cause")

@@ -1,0 +1,155 @@
+"""The interface the control room drives, and a static implementation of it.
+
+The real fleet (SSH links, polling) lives in ``tui/fleet.py``; the app only sees this
+Protocol, so tests, ``replay`` and snapshot tests run the same UI against ``StaticFleet``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from gpuroom.tui.model import HostState, LinkState, Snapshot
+
+
+class FleetError(Exception):
+    """An action the fleet could not do; ``str()`` is the message shown to the user."""
+
+
+class FleetAPI(Protocol):
+    """What the UI may ask of the fleet. Actions raise with a user-facing message."""
+
+    def hosts(self) -> list[HostState]: ...
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        """Poll forever; call ``on_change(host_name)`` from the event loop after each update."""
+        ...
+
+    async def refresh(self, host: str | None = None) -> None: ...
+
+    async def queue_add(
+        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int
+    ) -> str: ...
+
+    async def queue_kill(self, host: str, job_id: str) -> None: ...
+
+    async def queue_relaunch(self, host: str, job_id: str) -> None: ...
+
+    def ssh_argv(self, host: str) -> list[str] | None: ...
+
+
+class StaticFleet:
+    """A fleet whose snapshots are handed to it (recordings, tests) instead of polled.
+
+    It never reaches a box, so the queue actions refuse with a message saying so.
+    """
+
+    def __init__(
+        self,
+        hosts: Iterable[HostState],
+        ssh: dict[str, list[str]] | None = None,
+    ) -> None:
+        self._hosts = list(hosts)
+        self._ssh = dict(ssh or {})
+        self._on_change: Callable[[str], None] | None = None
+        self._stopped = asyncio.Event()
+        # Earlier snapshots of a recording, oldest first: (host, snapshot, time).
+        self.backlog: list[tuple[str, Snapshot, float]] = []
+
+    @classmethod
+    def from_scenario(cls, data: Mapping[str, Any]) -> StaticFleet:
+        """A fleet from a scenario document (tests/data/scenario-*.json): hosts with their
+        final state, and each host's earlier snapshots kept in ``backlog``."""
+        hosts = []
+        backlog = []
+        for h in data.get("hosts", []):
+            hosts.append(
+                HostState(
+                    name=h["name"],
+                    profile=h.get("profile", "generic-ssh"),
+                    state=LinkState(h.get("state", "down")),
+                    error=h.get("error"),
+                    snapshot=h.get("snapshot"),
+                    last_ok=h.get("last_ok"),
+                    last_try=h.get("last_ok"),
+                    price_per_hour=h.get("price_per_hour"),
+                )
+            )
+            backlog += [(h["name"], e["snapshot"], float(e["at"])) for e in h.get("history", [])]
+        fleet = cls(hosts, ssh={h.name: ["ssh", h.name] for h in hosts if h.profile != "local"})
+        fleet.backlog = sorted(backlog, key=lambda item: item[2])
+        return fleet
+
+    def play_backlog(self) -> Iterator[str]:
+        """Feed the backlog one snapshot at a time, then restore every host's final state.
+
+        Yields after each feed so a test can let the UI handle each poll separately (the
+        per-tick HostChanged merges when it is not handled in between).
+        """
+        finals = [copy.copy(h) for h in self._hosts]
+        for name, snapshot, at in self.backlog:
+            self.feed(name, snapshot, at)
+            yield name
+        for h, final in zip(self._hosts, finals, strict=True):
+            h.__dict__.update(final.__dict__)
+            self._changed(h.name)
+            yield h.name
+
+    def hosts(self) -> list[HostState]:
+        return self._hosts
+
+    def host(self, name: str) -> HostState:
+        for h in self._hosts:
+            if h.name == name:
+                return h
+        raise FleetError(f"{name}: no such host in this fleet")
+
+    def feed(self, name: str, snapshot: Snapshot, at: float) -> None:
+        """One good poll of ``name`` answered ``snapshot`` at time ``at``."""
+        h = self.host(name)
+        h.snapshot = copy.deepcopy(snapshot)
+        h.state = LinkState.UP
+        h.error = None
+        h.last_ok = h.last_try = at
+        h.polls_ok += 1
+        self._changed(name)
+
+    def fail(self, name: str, error: str, at: float, *, down: bool = False) -> None:
+        """One failed poll: the last snapshot is kept, the host goes STALE (or DOWN)."""
+        h = self.host(name)
+        h.state = LinkState.DOWN if down or h.snapshot is None else LinkState.STALE
+        h.error = error
+        h.last_try = at
+        h.polls_failed += 1
+        self._changed(name)
+
+    def _changed(self, name: str) -> None:
+        if self._on_change is not None:
+            self._on_change(name)
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        self._on_change = on_change
+        for h in self._hosts:
+            on_change(h.name)
+        # Nothing to poll: stay "running" until the app goes away, like the real fleet.
+        await self._stopped.wait()
+
+    async def refresh(self, host: str | None = None) -> None:
+        for h in self._hosts if host is None else [self.host(host)]:
+            self._changed(h.name)
+
+    async def queue_add(
+        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int
+    ) -> str:
+        raise FleetError(f"{host}: this is a recording; no box to add a job to")
+
+    async def queue_kill(self, host: str, job_id: str) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be killed from it")
+
+    async def queue_relaunch(self, host: str, job_id: str) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be relaunched")
+
+    def ssh_argv(self, host: str) -> list[str] | None:
+        return self._ssh.get(host)

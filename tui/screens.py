@@ -1,0 +1,190 @@
+"""Modal screens: help, kill confirmation, add-job form. The key table lives here too, so the
+help screen, the bindings and the command palette are all generated from one list."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.table import Table
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the control room."""
+
+    key: str  # Textual key spec, comma-separated alternatives
+    action: str  # app action name; "" = handled by the focused pane
+    description: str
+    short: str = ""  # footer label; empty = not in the footer
+    palette: bool = True  # also offered as a ctrl+p command
+
+
+KEYS: tuple[Key, ...] = (
+    Key("up,down", "", "move in the focused pane", palette=False),
+    Key("j,k", "", "move down / up (vi)", palette=False),
+    Key("tab,shift+tab", "", "next / previous pane", palette=False),
+    Key("enter", "", "show the highlighted host below", palette=False),
+    Key("slash", "filter", "filter hosts by name (esc clears)", short="filter"),
+    Key("question_mark", "help", "this help", short="help"),
+    Key("ctrl+p", "command_palette", "command palette", palette=False),
+    Key("K", "kill", "kill the selected job (asks first)", short="kill"),
+    Key("R", "relaunch", "relaunch the selected job", short="relaunch"),
+    Key("a", "add_job", "add a job to the selected host's queue", short="add"),
+    Key("f", "toggle_follow", "follow / pause the log", short="follow"),
+    Key("r", "refresh", "poll the selected host now", short="refresh"),
+    Key("s", "ssh", "interactive ssh to the selected host", short="ssh"),
+    Key("q", "quit", "quit", short="quit"),
+)
+
+_KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab"}
+
+
+def key_label(spec: str) -> str:
+    """How a key spec is written for humans: "slash" -> "/"."""
+    return " ".join(_KEY_NAMES.get(k, k) for k in spec.split(","))
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key, from KEYS."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical {
+        width: auto; max-width: 90%; height: auto; max-height: 90%;
+        border: round $accent; padding: 0 1; background: $surface;
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark,q", "dismiss_help", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column()
+        for k in KEYS:
+            table.add_row(key_label(k.key), k.description)
+        with Vertical():
+            yield Static("[b]gpuroom keys[/b]  (esc closes)")
+            yield Static(table)
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no for a destructive action; the question names the host and the job."""
+
+    DEFAULT_CSS = """
+    ConfirmScreen { align: center middle; }
+    ConfirmScreen > Grid {
+        grid-size: 2; grid-gutter: 1 2; grid-rows: auto 3;
+        width: 60; height: auto; border: thick $error; padding: 1 2; background: $surface;
+    }
+    ConfirmScreen #question { column-span: 2; width: 1fr; }
+    ConfirmScreen Button { width: 1fr; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Grid():
+            # The job name comes from the box: never parse it as markup.
+            yield Label(self.question, id="question", markup=False)
+            yield Button("Kill (y)", variant="error", id="yes")
+            yield Button("Cancel (n)", variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        # Safe default: enter on the focused button cancels.
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+@dataclass(frozen=True)
+class AddJobRequest:
+    """What the add-job form asks the fleet for."""
+
+    argv: list[str]
+    name: str | None
+    gpus: int
+    retries: int
+
+
+def parse_add_form(command: str, name: str, gpus: str, retries: str) -> AddJobRequest:
+    """Validate the form; raise ValueError with the message to show under it."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"command: {exc} (check the quotes)") from exc
+    if not argv:
+        raise ValueError("command: empty")
+    try:
+        n_gpus = int(gpus or "0")
+        n_retries = int(retries or "0")
+    except ValueError as exc:
+        raise ValueError("GPUs and retries are whole numbers") from exc
+    if n_gpus < 0 or n_retries < 0:
+        raise ValueError("GPUs and retries cannot be negative")
+    return AddJobRequest(argv, name.strip() or None, n_gpus, n_retries)
+
+
+class AddJobScreen(ModalScreen[AddJobRequest | None]):
+    """Command (split with shlex, never run through a shell), name, GPUs, retries."""
+
+    DEFAULT_CSS = """
+    AddJobScreen { align: center middle; }
+    AddJobScreen > Vertical {
+        width: 70; height: auto; border: round $accent; padding: 0 1; background: $surface;
+    }
+    AddJobScreen Input { margin: 0; }
+    AddJobScreen #error { color: $error; height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Label(f"Add a job on {self.host}  (enter submits, esc cancels)", markup=False)
+            yield Input(placeholder="command, e.g. python train.py --lr 3e-4", id="command")
+            yield Input(placeholder="name (optional)", id="name")
+            yield Input(value="1", placeholder="GPUs", id="gpus", type="integer")
+            yield Input(value="0", placeholder="retries", id="retries", type="integer")
+            yield Label("", id="error")
+
+    @on(Input.Submitted)
+    def _submit(self) -> None:
+        values = {i.id: i.value for i in self.query(Input)}
+        try:
+            request = parse_add_form(
+                values["command"], values["name"], values["gpus"], values["retries"]
+            )
+        except ValueError as exc:
+            self.query_one("#error", Label).update(str(exc))
+            return
+        self.dismiss(request)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

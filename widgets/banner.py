@@ -1,0 +1,47 @@
+"""Danger banner: the 1-3 most urgent things across the whole fleet."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gpuroom.tui.view import Danger
+
+MAX_LINES = 3
+
+
+class DangerBanner(Widget):
+    """Most urgent items first; says "+N more" rather than growing past three lines."""
+
+    DEFAULT_CSS = """
+    DangerBanner { height: auto; max-height: 3; padding: 0 1; }
+    DangerBanner.-crit { background: $error 30%; }
+    DangerBanner.-warn { background: $warning 20%; }
+    """
+
+    items: reactive[tuple[Danger, ...]] = reactive((), layout=True)
+    """Everything urgent, most urgent first (tui.view.dangers)."""
+
+    def watch_items(self, items: tuple[Danger, ...]) -> None:
+        levels = {d.level for d in items}
+        self.set_class("crit" in levels, "-crit")
+        self.set_class("crit" not in levels and "warn" in levels, "-warn")
+
+    def render(self) -> RenderableType:
+        items = self.items
+        if not items:
+            return Text("fleet OK: nothing urgent", style="green")
+        shown = list(items[:MAX_LINES])
+        extra = len(items) - len(shown)
+        text = Text()
+        for n, d in enumerate(shown):
+            if n:
+                text.append("\n")
+            mark, style = ("!!", "bold red") if d.level == "crit" else ("! ", "bold yellow")
+            text.append(f"{mark} ", style=style)
+            text.append(d.text)
+            if extra and n == len(shown) - 1:
+                text.append(f"   (+{extra} more)", style="dim")
+        return text

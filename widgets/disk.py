@@ -1,0 +1,72 @@
+"""Disk pane: ``df -h`` and ``df -i`` side by side for each watched mount (U7)."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gpuroom.tui.view import DiskRow, Level, fmt_bytes, fmt_count, fmt_pct
+
+BAR_WIDTH = 8
+LEVEL_COLOR: dict[Level, str] = {"ok": "green", "warn": "yellow", "crit": "bold red"}
+WIDE = 60  # columns from which sizes and counts fit beside the bars
+
+
+def bar(pct: float | None, level: Level, width: int = BAR_WIDTH) -> Text:
+    """A filled bar whose colour says the level (yellow/red), not just its length."""
+    if pct is None:
+        return Text("·" * width, style="dim")
+    filled = min(width, max(0, round(pct / 100 * width)))
+    text = Text("█" * filled, style=LEVEL_COLOR[level])
+    text.append("░" * (width - filled), style="dim")
+    return text
+
+
+class DiskPanel(Widget):
+    """Bytes and inodes of each watched filesystem, coloured by the worse threshold."""
+
+    DEFAULT_CSS = """
+    DiskPanel { height: 1fr; border-title-color: $text-muted; }
+    """
+
+    disks: reactive[tuple[DiskRow, ...]] = reactive(())
+    """Watched mounts of the selected host."""
+
+    def render(self) -> RenderableType:
+        if not self.disks:
+            return Text("no disks reported", style="dim")
+        wide = self.size.width >= WIDE
+        table = Table(box=None, padding=(0, 1), pad_edge=False)
+        table.add_column("mount", no_wrap=True, overflow="ellipsis", max_width=24)
+        if wide:
+            table.add_column("size", justify="right")
+            table.add_column("avail", justify="right")
+        table.add_column("use%", justify="right")
+        table.add_column("bytes", no_wrap=True)
+        if wide:
+            table.add_column("inodes", justify="right")
+            table.add_column("ifree", justify="right")
+        table.add_column("iuse%", justify="right")
+        table.add_column("inodes", no_wrap=True)
+        for d in self.disks:
+            if d.error:
+                table.add_row(d.path, Text(d.error, style="red"))
+                continue
+            cells: list[Text | str] = [d.path]
+            if wide:
+                cells += [fmt_bytes(d.size_bytes), fmt_bytes(d.avail_bytes)]
+            cells += [
+                Text(fmt_pct(d.bytes_pct), style=LEVEL_COLOR[d.bytes_level]),
+                bar(d.bytes_pct, d.bytes_level),
+            ]
+            if wide:
+                cells += [fmt_count(d.inodes_total), fmt_count(d.inodes_free)]
+            cells += [
+                Text(fmt_pct(d.inodes_pct), style=LEVEL_COLOR[d.inodes_level]),
+                bar(d.inodes_pct, d.inodes_level),
+            ]
+            table.add_row(*cells)
+        return table

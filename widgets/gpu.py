@@ -1,0 +1,90 @@
+"""GPU pane, nvidia-smi dmon-like: power, temp, util, clocks vs max, throttle, history."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from gpuroom.tui.view import GpuRow, GpuView, sparkline
+
+WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
+
+
+def _v(x: float | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:.0f}{unit}"
+
+
+def _clock(cur: float | None, top: float | None) -> Text:
+    text = Text(f"{_v(cur)}/{_v(top)}")
+    # U21/U23: an SM clock far below max while busy is the throttling/starvation tell.
+    if cur is not None and top and cur < 0.7 * top:
+        text.stylize("yellow")
+    return text
+
+
+class GpuPanel(Widget):
+    """Per-GPU dmon-like rows; "no GPU (reason)" when the box has none."""
+
+    DEFAULT_CSS = """
+    GpuPanel { height: 1fr; border-title-color: $text-muted; }
+    """
+
+    view: reactive[GpuView | None] = reactive(None)
+    """The selected host's GPUs with their recent SM clock and power history."""
+
+    def watch_view(self, view: GpuView | None) -> None:
+        self.border_title = Text(f"gpu {view.host}" if view else "gpu")
+
+    def render(self) -> RenderableType:
+        view = self.view
+        if view is None:
+            return Text("no host selected", style="dim")
+        if not view.rows:
+            return Text(f"no GPU ({view.absence})", style="dim")
+        wide = self.size.width >= WIDE
+        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
+        for name, width in (("#", 1), ("pwr/lim W", 9), ("temp", 4), ("sm%", 3), ("mem%", 4),
+                            ("sm MHz", 9), ("mem MHz", 9)):
+            table.add_column(name, justify="right", no_wrap=True, min_width=width)
+        if wide:
+            table.add_column("vram GiB", justify="right", no_wrap=True)
+            table.add_column("sm hist", no_wrap=True)
+            table.add_column("pwr hist", no_wrap=True)
+        table.add_column("throttle", no_wrap=True, overflow="ellipsis", max_width=20)
+        for i, g in enumerate(view.rows):
+            cells: list[Text | str] = [
+                str(g.index),
+                f"{_v(g.power_w)}/{_v(g.power_limit_w)}",
+                _v(g.temp_c, "C"),
+                _v(g.util_gpu),
+                _v(g.util_mem),
+                _clock(g.sm_mhz, g.sm_max_mhz),
+                _clock(g.mem_mhz, g.mem_max_mhz),
+            ]
+            if wide:
+                cells.append(_vram(g))
+                cells.append(_hist(view.sm_history, i, g.sm_max_mhz))
+                cells.append(_hist(view.power_history, i, g.power_limit_w))
+            cells.append(_throttle(g))
+            table.add_row(*cells)
+        return table
+
+
+def _hist(history: tuple[tuple[float | None, ...], ...], i: int, top: float | None) -> Text:
+    values = history[i] if i < len(history) else ()
+    return Text(sparkline(values, top), style="cyan")
+
+
+def _vram(g: GpuRow) -> str:
+    if g.mem_used_mib is None or g.mem_total_mib is None:
+        return "-"
+    return f"{g.mem_used_mib / 1024:.0f}/{g.mem_total_mib / 1024:.0f}"
+
+
+def _throttle(g: GpuRow) -> Text:
+    if not g.throttle:
+        return Text("-", style="dim")
+    return Text(g.throttle_short, style="bold yellow")
