@@ -1,0 +1,420 @@
+"""gpuroom.remote.checkpoint in-process: full-state round trip, keep policy, corrupt files,
+temp cleanup, file modes, async saves, cadence, signals and the verify CLI. Real torch, CPU."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from gpuroom.remote import checkpoint as ckmod  # noqa: E402
+from gpuroom.remote.checkpoint import (  # noqa: E402
+    Checkpointer,
+    CheckpointError,
+    ResumableSampler,
+    steps_between_checkpoints,
+    young_daly_interval,
+)
+
+MODULE_PATH = Path(ckmod.__file__)
+
+
+def _tiny() -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    return model, opt, sched
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, sched: Any, steps: int) -> None:
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(3, 4)).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+
+
+def _assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _assert_tree_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_tree_equal(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def _weights_filled(value: float, n: int = 64) -> nn.Linear:
+    lin = nn.Linear(n, n)
+    with torch.no_grad():
+        lin.weight.fill_(value)
+        lin.bias.fill_(value)
+    return lin
+
+
+# --- full state ------------------------------------------------------------------------------
+
+
+def test_round_trip_restores_every_piece_of_state(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    random.seed(3)
+    model, opt, sched = _tiny()
+    _train(model, opt, sched, 5)
+    sampler = ResumableSampler(10, seed=1)
+    sampler.take(13)  # into the second epoch, mid-way
+    ck = Checkpointer(tmp_path)
+    path = ck.save(5, model=model, optimizer=opt, scheduler=sched, sampler=sampler, epoch=1,
+                   metric=0.25, extra={"tokens": 1234, "note": "x", "t": torch.arange(3)})
+    assert path is not None and path.name == "ckpt-000000000005.pt"
+    # The draws right after the save are what a resumed run must draw next.
+    expect_torch, expect_py = torch.rand(4), random.random()
+    expect_order = sampler.take(5)
+
+    model2, opt2, sched2 = _tiny()
+    sampler2 = ResumableSampler(10, seed=1)
+    torch.manual_seed(99)
+    random.seed(99)
+    resume = Checkpointer(tmp_path).load_latest(model=model2, optimizer=opt2, scheduler=sched2,
+                                                sampler=sampler2)
+    assert resume is not None
+    assert (resume.step, resume.epoch, resume.metric, resume.skipped) == (5, 1, 0.25, [])
+    assert resume.extra["tokens"] == 1234 and torch.equal(resume.extra["t"], torch.arange(3))
+    _assert_tree_equal(model.state_dict(), model2.state_dict(), "model")
+    _assert_tree_equal(opt.state_dict(), opt2.state_dict(), "optimizer")
+    assert sched.state_dict() == sched2.state_dict()
+    assert torch.equal(torch.rand(4), expect_torch)
+    assert random.random() == expect_py
+    assert sampler2.take(5) == expect_order
+
+
+def test_empty_directory_resumes_nothing(tmp_path: Path) -> None:
+    assert Checkpointer(tmp_path / "new").load_latest() is None
+
+
+def test_file_mode_follows_umask_not_0600(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = Checkpointer(tmp_path).save(1, model=_weights_filled(1.0, 4))
+    finally:
+        os.umask(old)
+    assert path is not None
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+# --- keep policy -----------------------------------------------------------------------------
+
+
+def test_keep_last_k(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path, keep=2)
+    for step in range(1, 6):
+        ck.save(step, model=_weights_filled(step, 4))
+    assert [s for s, _ in ck.checkpoints()] == [4, 5]
+
+
+@pytest.mark.parametrize(("mode", "best_step"), [("min", 2), ("max", 1)])
+def test_keep_best_by_metric(tmp_path: Path, mode: str, best_step: int) -> None:
+    metrics = {1: 9.0, 2: 0.5, 3: 4.0, 4: 3.0, 5: 2.0}
+    ck = Checkpointer(tmp_path, keep=2, best_mode=mode)
+    for step, metric in metrics.items():
+        ck.save(step, model=_weights_filled(step, 4), metric=metric)
+    assert [s for s, _ in ck.checkpoints()] == sorted({best_step, 4, 5})
+    # A fresh Checkpointer finds the best from the files alone (the listing is the truth).
+    assert Checkpointer(tmp_path, best_mode=mode).best() == ck.path_for(best_step)
+
+
+def test_nothing_pruned_when_the_new_file_does_not_load_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ck = Checkpointer(tmp_path, keep=1)
+    ck.save(1, model=_weights_filled(1.0, 4))
+    real = ckmod._torch_load
+
+    def refuse_read_back(path: Path, map_location: Any, weights_only: bool,
+                         mmap: bool = False) -> Any:
+        if mmap:
+            raise RuntimeError("simulated unreadable file")
+        return real(path, map_location, weights_only, mmap)
+
+    monkeypatch.setattr(ckmod, "_torch_load", refuse_read_back)
+    with pytest.raises(CheckpointError, match="does not load back"):
+        ck.save(2, model=_weights_filled(2.0, 4))
+    # keep=1 would have deleted step 1; it is the only copy known to load, so it stays.
+    assert ck.path_for(1).exists()
+
+
+# --- corrupt files and temps -----------------------------------------------------------------
+
+
+def test_corrupt_newest_is_skipped_reported_and_moved_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ck = Checkpointer(tmp_path, keep=5)
+    for step in (1, 2, 3):
+        ck.save(step, model=_weights_filled(step, 32))
+    newest = ck.path_for(3)
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+
+    model = _weights_filled(0.0, 32)
+    resume = Checkpointer(tmp_path).load_latest(model=model)
+    assert resume is not None and resume.step == 2
+    assert torch.all(model.weight == 2.0)
+    assert [p for p, _ in resume.skipped] == [str(newest)]
+    assert resume.skipped[0][1]  # a reason, not an empty string
+    err = capsys.readouterr().err
+    assert "skipping" in err and newest.name in err
+    assert not newest.exists() and newest.with_name(newest.name + ".corrupt").exists()
+    assert [s for s, _ in Checkpointer(tmp_path).checkpoints()] == [1, 2]
+
+
+def test_all_checkpoints_unloadable_raises_instead_of_restarting(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path)
+    ck.save(1, model=_weights_filled(1.0, 4))
+    ck.path_for(1).write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match="none loads"):
+        Checkpointer(tmp_path).load_latest()
+
+
+def test_stale_temp_removed_on_init_but_a_live_writers_is_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    stale = tmp_path / ".ckpt-000000000007.pt.tmp.4242.deadbeef"
+    stale.write_bytes(b"half a checkpoint")
+    live = tmp_path / ".ckpt-000000000008.pt.tmp.4243.cafef00d"
+    live.write_bytes(b"being written")
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("keep me")
+    fd = os.open(str(live), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a writer in another process holds
+        ck = Checkpointer(tmp_path)
+    finally:
+        os.close(fd)
+    assert not stale.exists()
+    assert ck.removed_temps == [str(stale)]
+    assert live.exists() and unrelated.exists()
+
+
+def test_weights_only_refusal_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path)
+    with pytest.raises(CheckpointError, match="weights_only=False"):  # told at save time
+        ck.save(1, extra={"obj": ResumableSampler(3)})  # an arbitrary Python object
+    with pytest.raises(CheckpointError, match="weights_only=False"):
+        Checkpointer(tmp_path).load_latest()
+    assert ck.path_for(1).exists()  # intact files are never moved aside
+    trusting = Checkpointer(tmp_path, weights_only=False).load_latest()
+    assert trusting is not None and trusting.extra["obj"].n == 3
+
+
+# --- async -----------------------------------------------------------------------------------
+
+
+def test_async_save_snapshots_state_at_call_time(tmp_path: Path) -> None:
+    model = _weights_filled(1.0, 256)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 256)).sum().backward()
+    opt.step()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    ck = Checkpointer(tmp_path)
+    assert ck.save(1, model=model, optimizer=opt, block=False) is None
+    with torch.no_grad():  # the training loop moves on while the writer runs
+        model.weight.fill_(-7.0)
+        model.bias.zero_()
+    ck.wait()
+    assert not ck.in_flight
+    fresh = _weights_filled(0.0, 256)
+    resume = Checkpointer(tmp_path).load_latest(model=fresh)
+    assert resume is not None and resume.step == 1
+    _assert_tree_equal(saved, fresh.state_dict())
+
+
+def test_async_reuses_staging_and_each_save_keeps_its_own_content(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path, keep=10)
+    model = _weights_filled(0.0, 32)
+    for step in range(1, 5):
+        with torch.no_grad():
+            model.weight.fill_(step)
+        ck.save(step, model=model, block=False)
+    ck.wait()
+    for step, path in ck.checkpoints():
+        payload = torch.load(path, weights_only=True)
+        assert torch.all(payload["model"]["weight"] == step)
+
+
+def test_at_most_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    active, peak = [0], [0]
+    guard = threading.Lock()
+    real_commit = Checkpointer._commit
+
+    def slow_commit(self: Checkpointer, payload: dict[str, Any], step: int) -> Path:
+        with guard:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)  # long enough that an unguarded second save would overlap
+        try:
+            return real_commit(self, payload, step)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    monkeypatch.setattr(Checkpointer, "_commit", slow_commit)
+    ck = Checkpointer(tmp_path, keep=10)
+    for step in range(1, 6):
+        ck.save(step, model=_weights_filled(step, 8), block=False)
+    ck.wait()
+    assert peak[0] == 1
+    assert [s for s, _ in ck.checkpoints()] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("next_call", ["wait", "save", "load_latest"])
+def test_background_error_surfaces_on_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, next_call: str
+) -> None:
+    ck = Checkpointer(tmp_path)
+    ck.save(1, model=_weights_filled(1.0, 8))
+
+    def broken_save(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    ck.save(2, model=_weights_filled(2.0, 8), block=False)
+    with pytest.raises(CheckpointError, match="background save"):
+        if next_call == "wait":
+            ck.wait()
+        elif next_call == "save":
+            ck.save(3, model=_weights_filled(3.0, 8))
+        else:
+            ck.load_latest()
+    monkeypatch.undo()
+    ck.wait()  # reported once, then cleared
+    assert [s for s, _ in ck.checkpoints()] == [1]
+    assert not [e for e in os.listdir(tmp_path) if ".tmp." in e]
+
+
+# --- cadence and signals ---------------------------------------------------------------------
+
+
+def test_young_daly_worked_example() -> None:
+    # shared/seeds/spot-resilience.md section 2 is blank in this checkout (only newlines), so
+    # these are our own numbers: spot preemptions every 2 h on average (μ = 7200 s), a
+    # checkpoint takes 60 s to write (C), a training step takes 0.8 s.
+    #   W = sqrt(2 · 7200 · 60) = sqrt(864000) = 929.52 s (about 15.5 min)
+    #   929.52 / 0.8 = 1161.9 -> 1161 steps (rounded down to a step boundary)
+    assert young_daly_interval(7200, 60) == pytest.approx(929.516, abs=1e-3)
+    assert steps_between_checkpoints(7200, 60, 0.8) == 1161
+    assert steps_between_checkpoints(7200, 60, 2000.0) == 1  # a step longer than W: every step
+    with pytest.raises(ValueError):
+        young_daly_interval(0, 60)
+
+
+def test_should_save_every_steps_and_seconds(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path / "a", every_steps=10)
+    assert [s for s in range(0, 31) if ck.should_save(s)] == [10, 20, 30]
+    now = [1000.0]
+    monkeypatch.setattr(ckmod.time, "monotonic", lambda: now[0])
+    timed = Checkpointer(tmp_path / "b", every_seconds=60)
+    assert not timed.should_save(1)
+    now[0] += 61
+    assert timed.should_save(2)
+    timed.save(2, model=_weights_filled(1.0, 4))
+    assert not timed.should_save(3)  # the clock restarts at each save
+    timed.request_stop()
+    assert timed.should_save(3)  # stopping forces a save at the next boundary
+
+
+def test_signals_only_set_a_flag(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path)
+    previous = ck.install_signal_handlers()
+    try:
+        assert set(previous) == {signal.SIGTERM, signal.SIGUSR1}
+        assert not ck.should_stop
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert ck.should_stop and ck.stop_signal == "SIGUSR1"
+        assert ck.checkpoints() == []  # the handler itself never writes (SLURM1)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# --- sampler ---------------------------------------------------------------------------------
+
+
+def test_sampler_resumes_mid_epoch_and_reshuffles_per_epoch() -> None:
+    a = ResumableSampler(20, seed=5)
+    first = a.take(7)
+    state = a.state_dict()
+    rest_a = list(a)  # the rest of epoch 0 through __iter__
+    b = ResumableSampler(20, seed=5)
+    b.load_state_dict(state)
+    assert list(b) == rest_a
+    assert sorted(first + rest_a) == list(range(20))
+    assert a.epoch == 1 and a.position == 0
+    assert list(a) != a.permutation(0)  # epoch 1 is a different order
+    with pytest.raises(ValueError):
+        ResumableSampler(21, seed=5).load_state_dict(state)
+
+
+# --- verify CLI ------------------------------------------------------------------------------
+
+
+def test_verify_good_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, opt, sched = _tiny()
+    _train(model, opt, sched, 2)
+    path = Checkpointer(tmp_path).save(
+        12, model=model, optimizer=opt, scheduler=sched, sampler=ResumableSampler(4),
+        epoch=2, extra={"run": "a"},
+    )
+    assert ckmod.main(["verify", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "OK" in text and "step      12" in text and "python, torch" in text
+    assert ckmod.main(["verify", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["step"] == 12 and info["epoch"] == 2 and info["extra_keys"] == ["run"]
+    assert info["rng"]["torch"] and info["rng"]["python"]
+    n_tensors = len(model.state_dict()) + len(opt.state_dict()["state"]) + 1  # + torch RNG
+    assert info["tensors"] == n_tensors
+    assert info["tensor_bytes"] > 0 and info["file_bytes"] > info["tensor_bytes"]
+
+
+def test_verify_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = Checkpointer(tmp_path).save(3, model=_weights_filled(1.0, 64))
+    assert path is not None
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 200])
+    assert ckmod.main(["verify", str(path), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["ok"] is False
+    assert "CORRUPT or truncated" in captured.err
+
+
+# --- packaging constraints of remote/ --------------------------------------------------------
+
+
+def test_module_parses_as_python_38_and_imports_without_torch() -> None:
+    ast.parse(MODULE_PATH.read_text(), feature_version=(3, 8))
+    code = ("import sys, gpuroom.remote.checkpoint as c; "
+            "assert 'torch' not in sys.modules; print(c.young_daly_interval(1, 2))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=30)
+    assert float(out.stdout) == pytest.approx(math.sqrt(4))
