@@ -358,7 +358,7 @@ _EMPTY_GPU: Row = {
     "power_w": None, "power_limit_w": None, "temp_c": None,
     "util_gpu_pct": None, "util_mem_pct": None,
     "mem_used_mib": None, "mem_total_mib": None,
-    "clock_reasons": None,
+    "clock_event_reasons": None,
     "ecc_volatile_corrected": None, "ecc_volatile_uncorrected": None,
     "processes": [],
     "field_errors": {},
@@ -448,7 +448,8 @@ def _nvml_gpu(nvml: Any, index: int) -> Row:
     reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons"
                   if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
                   else "nvmlDeviceGetCurrentClocksThrottleReasons")
-    gpu["clock_reasons"] = decode_clock_reasons(ask("clock_reasons", reasons_fn, handle))
+    mask = ask("clock_event_reasons", reasons_fn, handle)
+    gpu["clock_event_reasons"] = decode_clock_reasons(mask)
     gpu["ecc_volatile_corrected"] = ask("ecc_volatile_corrected", "nvmlDeviceGetTotalEccErrors",
                                         handle, _ERROR_CORRECTED, _VOLATILE_ECC)
     gpu["ecc_volatile_uncorrected"] = ask("ecc_volatile_uncorrected",
@@ -581,7 +582,7 @@ def gpu_from_query_row(row: Row, position: int) -> Row:
         gpu["index"] = position
     for field in _REASON_KEYS:
         if field in row:
-            gpu["clock_reasons"] = decode_clock_reasons(_hex_mask(row[field]))
+            gpu["clock_event_reasons"] = decode_clock_reasons(_hex_mask(row[field]))
     return gpu
 
 

@@ -84,8 +84,8 @@ def test_decode_agrees_with_the_q_text_of_the_same_state() -> None:
 def test_query_csv_hex_reasons_reach_the_gpu_dict() -> None:
     # The csv field clocks_throttle_reasons.active prints the same mask in hex.
     rows = gpu.parse_query_csv("index, clocks_throttle_reasons.active\n0, 0x0000000000000024\n")
-    assert gpu.gpu_from_query_row(rows[0], 0)["clock_reasons"] == ["sw_power_cap",
-                                                                    "sw_thermal_slowdown"]
+    reasons = gpu.gpu_from_query_row(rows[0], 0)["clock_event_reasons"]
+    assert reasons == ["sw_power_cap", "sw_thermal_slowdown"]
 
 
 # ---------------------------------------------------------------- NVML not loadable (real)
@@ -219,12 +219,12 @@ def test_nvml_gpus_read_every_field_and_not_supported_is_none() -> None:
                                                                                       210)
     assert (a10["power_w"], a10["power_limit_w"], a10["temp_c"]) == (21.3, 150.0, 33)
     assert (a10["mem_used_mib"], a10["mem_total_mib"]) == (1, 23028)
-    assert a10["clock_reasons"] == ["idle", "hw_slowdown", "hw_power_brake_slowdown"]
+    assert a10["clock_event_reasons"] == ["idle", "hw_slowdown", "hw_power_brake_slowdown"]
     assert (a10["ecc_volatile_corrected"], a10["ecc_volatile_uncorrected"]) == (0, 0)
     # NotSupported is a normal "no such sensor": None, and not an error.
     assert rtx["ecc_volatile_corrected"] is None
     assert rtx["field_errors"] == {}
-    assert rtx["clock_reasons"] == ["sw_power_cap"]
+    assert rtx["clock_event_reasons"] == ["sw_power_cap"]
     assert rtx["processes"] == [{"pid": 1394, "type": "G", "name": None, "used_mib": 4,
                                  "comm": gpu.proc_comm(1394)}]
 
