@@ -166,7 +166,7 @@ def _print_jobs(doc: dict[str, Any]) -> None:
             exit_text = str(last["exit_code"])
         elif last.get("signal"):
             exit_text = f"sig {last['signal']}"
-        duration = last.get("duration_s")
+        duration = last.get("duration")
         # Text() keeps job-provided strings from being read as rich markup.
         table.add_row(Text(str(job.get("id"))), Text(str(job.get("name") or "")),
                       Text(str(job.get("state"))), str(len(attempts)), exit_text,

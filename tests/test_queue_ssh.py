@@ -1,0 +1,115 @@
+"""The queue driven from the jump host over a real sshd: the box finishes on its own (U18)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from gpuroom.tui.cli import main
+
+pytestmark = pytest.mark.sshd
+
+WAIT_S = 60.0
+FINAL = ("succeeded", "failed", "killed", "removed")
+
+
+@pytest.fixture
+def box_config(sshd_box: Any, tmp_path: Path) -> Any:
+    p = tmp_path / "hosts.toml"
+    p.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
+                                 "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    yield p
+    # The runner lives in the test user's tmux server, outside sshd's tree: end it here.
+    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    rc = main(list(argv))
+    out = capsys.readouterr().out.strip().splitlines()
+    return rc, json.loads(out[-1]) if out else {}
+
+
+def wait_all_done(capsys: pytest.CaptureFixture[str], config: Path, n: int) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        rc, doc = cli_json(capsys, "--config", str(config), "queue", "ls", "box", "--json")
+        assert rc == 0
+        jobs = doc["jobs"]
+        if len(jobs) == n and all(j["state"] in FINAL for j in jobs):
+            return doc
+        assert time.monotonic() < deadline, f"queue did not finish: {jobs}"
+        time.sleep(0.5)
+
+
+def test_three_jobs_finish_after_the_jump_host_leaves(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = [["sh", "-c", "echo one; sleep 1"], ["sh", "-c", "echo two >&2; exit 3"],
+            ["sh", "-c", "echo three"]]
+    ids = []
+    for argv in jobs:
+        # Each CLI call opens and closes its own connection: nothing stays attached.
+        rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
+                           *argv)
+        assert rc == 0 and doc["ok"], doc
+        ids.append(doc["job"])
+    # Drop every sshd session too, like a jump host that lost its link.
+    sshd_box.kill_all()
+    sshd_box.start()
+    doc = wait_all_done(capsys, box_config, 3)
+    by_id = {j["id"]: j for j in doc["jobs"]}
+    assert [by_id[i]["state"] for i in ids] == ["succeeded", "failed", "succeeded"]
+    codes = [by_id[i]["attempts"][-1]["exit_code"] for i in ids]
+    assert codes == [0, 3, 0]
+    assert all(len(by_id[i]["attempts"]) == 1 for i in ids)
+    assert by_id[ids[0]]["attempts"][0]["duration"] >= 1.0
+    # Serial: each job started after the previous one ended.
+    starts = [by_id[i]["attempts"][0]["start"] for i in ids]
+    ends = [by_id[i]["attempts"][0]["end"] for i in ids]
+    assert starts[1] >= ends[0] and starts[2] >= ends[1]
+    rc = main(["--config", str(box_config), "queue", "logs", "box", ids[1]])
+    assert rc == 0 and "two" in capsys.readouterr().out
+
+
+def test_argv_arrives_byte_identical_over_ssh(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = sshd_box.home / "argv.json"
+    nasty = ["it's", '"double"', "$HOME", "`id`", "a; rm -rf ~", "line1\nline2", "héllo ✓",
+             "*", "", "-n", "back\\slash"]
+    script = "import json,sys; open(sys.argv[1],'w').write(json.dumps(sys.argv[2:]))"
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
+                       "python3", "-c", script, str(out), *nasty)
+    assert rc == 0, doc
+    wait_all_done(capsys, box_config, 1)
+    assert json.loads(out.read_text()) == nasty
+
+
+def test_kill_and_relaunch_from_jump_host(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = sshd_box.home / "runs.txt"
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
+                       "sh", "-c", f"echo run >> {marker}; sleep 60")
+    job = doc["job"]
+    deadline = time.monotonic() + WAIT_S
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job)
+    assert rc == 0 and doc["result"] == "killed", doc
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "relaunch", "box", job)
+    assert rc == 0, doc
+    deadline = time.monotonic() + WAIT_S
+    while marker.read_text().count("run") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job)
+    assert rc == 0
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "ls", "box", "--json")
+    [j] = doc["jobs"]
+    assert j["state"] == "killed"
+    assert [a["attempt"] for a in j["attempts"]] == [1, 2]
+    assert all(a["end_reason"] == "killed" for a in j["attempts"]), j["attempts"]
