@@ -552,7 +552,8 @@ class Runner:
         if status is not None:
             self.record_exit(job["id"], n, status, start)
             return
-        if pid and proc_starttime(int(pid)) is not None:
+        now_start = proc_starttime(int(pid)) if pid else None
+        if now_start is not None and now_start != attempt.get("starttime"):
             why = f"pid {pid} now belongs to another process (start time differs)"
         else:
             why = f"wrapper pid {pid} gone without an exit status (kill -9, OOM?)"

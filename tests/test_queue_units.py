@@ -1,0 +1,163 @@
+"""Pure parts of the queue: tmux ls parsing on real captures, the fold, log cursors, collect."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuroom.remote.queue import collect, parse_tmux_ls, read_log_chunk
+from gpuroom.remote.queue_events import EventWriter, fold, read_events
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tmux"
+if not FIXTURES.is_dir():
+    FIXTURES = Path("/work/shared/fixtures/tmux")
+
+EXPECTED: dict[str, list[dict[str, Any]]] = {
+    "tmux-1177-ls-default-format.txt": [
+        {"name": "asession", "windows": 1, "created": "Wed Nov 29 23:19:28 2017",
+         "width": 138, "height": 52, "attached": False},
+        {"name": "another", "windows": 1, "created": "Wed Nov 29 23:13:08 2017",
+         "width": 138, "height": 52, "attached": False},
+        {"name": "1more", "windows": 1, "created": "Wed Nov 29 23:50:39 2017",
+         "width": 138, "height": 52, "attached": False},
+    ],
+    "tmux-list-sessions-attached-commented.txt": [
+        {"name": "0", "windows": 1, "created": "Wed Jul  3 12:18:26 2019",
+         "width": 118, "height": 58, "attached": True},
+    ],
+}
+
+
+def _capture(path: Path) -> str:
+    """The capture below its provenance header (lines up to ``---``)."""
+    text = path.read_text()
+    return text.split("\n---\n", 1)[1] if "\n---\n" in text else text
+
+
+def test_every_tmux_fixture_has_expectations() -> None:
+    assert sorted(p.name for p in FIXTURES.iterdir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_parse_tmux_ls_on_real_captures(name: str) -> None:
+    assert parse_tmux_ls(_capture(FIXTURES / name)) == EXPECTED[name]
+
+
+def test_parse_tmux_ls_tmux3_without_size_and_names_with_colons() -> None:
+    text = ("gpuroom-default: 1 windows (created Sat Nov 21 20:56:44 2026)\n"
+            "a: b: 2 windows (created Sat Nov 21 20:56:44 2026) (attached)\n"
+            "no server running on /tmp/tmux-0/default\n")
+    got = parse_tmux_ls(text)
+    assert [(s["name"], s["windows"], s["width"], s["attached"]) for s in got] == [
+        ("gpuroom-default", 1, None, False), ("a: b", 2, None, True)]
+
+
+def _events(tmp_path: Path, *items: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    writer = EventWriter(str(tmp_path))
+    try:
+        for ev, fields in items:
+            writer.append(ev, **fields)
+    finally:
+        writer.close()
+    return read_events(str(tmp_path))[0]
+
+
+def test_fold_is_pure_and_tracks_requests(tmp_path: Path) -> None:
+    events = _events(
+        tmp_path,
+        ("added", {"argv": ["a"], "cwd": "/"}),
+        ("added", {"argv": ["b"], "cwd": "/", "retries": 1}),
+        ("launching", {"job": "j1", "attempt": 1, "boot_id": "B"}),
+        ("started", {"job": "j1", "attempt": 1, "pid": 10, "pgid": 10, "boot_id": "B"}),
+        ("kill_requested", {"job": "j1", "grace": 1}),
+        ("reorder_requested", {"job": "j2", "position": 0}),
+    )
+    before = json.dumps(events)
+    state = fold(events)
+    assert json.dumps(events) == before  # the fold never mutates its input
+    assert fold(events) == state
+    j1, j2 = state["jobs"]["j1"], state["jobs"]["j2"]
+    assert j1["state"] == "running" and j1["kill_pending"] is True
+    assert j1["attempts"][0]["pid"] == 10 and j1["attempts"][0]["end"] is None
+    assert j2["state"] == "queued" and state["order"] == ["j2"]
+    assert [r["ev"] for r in state["pending_requests"]] == ["kill_requested",
+                                                           "reorder_requested"]
+    more = _events(
+        tmp_path,
+        ("killed", {"job": "j1", "attempt": 1, "req": 5, "signal": "SIGTERM"}),
+        ("rejected", {"job": "j2", "req": 6, "why": "x"}),
+    )
+    state = fold(more)
+    assert state["pending_requests"] == []
+    assert state["jobs"]["j1"]["state"] == "killed"
+    assert state["jobs"]["j1"]["attempts"][0]["end_reason"] == "killed"
+    assert [e["seq"] for e in more] == list(range(1, 9))
+
+
+def test_fold_ignores_replayed_seqs(tmp_path: Path) -> None:
+    events = _events(tmp_path, ("added", {"argv": ["a"]}), ("removed", {"job": "j1"}))
+    replayed = [*events, dict(events[0], ev="added")]
+    assert fold(replayed) == fold(events)
+
+
+def test_log_chunk_follows_a_cursor_and_resets_on_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "j1.log"
+    log.write_bytes(b"x" * 10000)
+    first = read_log_chunk(str(log), None)
+    assert first["offset"] == 10000 - 8192 and first["next_offset"] == 10000
+    assert first["reset"] is False
+    with open(log, "ab") as f:
+        f.write(b"new\n")
+    cursor = {"offset": first["next_offset"], "inode": first["inode"]}
+    second = read_log_chunk(str(log), cursor)
+    assert base64.b64decode(second["data_b64"]) == b"new\n" and second["reset"] is False
+    log.write_bytes(b"short\n")  # truncated in place: same inode, smaller than the cursor
+    third = read_log_chunk(str(log), {"offset": second["next_offset"], "inode": first["inode"]})
+    assert third["reset"] is True and base64.b64decode(third["data_b64"]) == b"short\n"
+    os.replace(str(tmp_path / "j1.log"), str(tmp_path / "old.log"))
+    log.write_bytes(b"rotated\n" * 20000)  # a new file: new inode, reads from 0, capped
+    fourth = read_log_chunk(str(log), {"offset": 3, "inode": first["inode"]})
+    assert fourth["reset"] is True and fourth["offset"] == 0
+    assert len(base64.b64decode(fourth["data_b64"])) == 64 * 1024
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+
+
+def test_collect_reports_queues_logs_and_checkpoints(tmp_path: Path) -> None:
+    qdir = tmp_path / "queues" / "default"
+    ckpt = tmp_path / "ckpt" / "default" / "j1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "step-1.pt").write_bytes(b"1")
+    (ckpt / "step-2.pt").write_bytes(b"22")
+    os.utime(ckpt / "step-1.pt", (1, 1))
+    _events(qdir,
+            ("added", {"argv": ["train"], "cwd": "/"}),
+            ("added", {"argv": ["eval"], "cwd": "/"}),
+            ("launching", {"job": "j1", "attempt": 1, "boot_id": "B", "ckpt_dir": str(ckpt)}),
+            ("started", {"job": "j1", "attempt": 1, "pid": 1, "pgid": 1, "boot_id": "B"}))
+    (qdir / "logs").mkdir()
+    (qdir / "logs" / "j1.log").write_bytes(b"epoch 1\n")
+    (qdir / "logs" / "j2.log").write_bytes(b"old\n")
+    session = _Session()
+    doc = collect(session, {"queue_root": str(tmp_path),
+                            "logs": {"default/j2": {"offset": 0, "inode": None}}})
+    q = doc["queue"]["queues"]["default"]
+    assert q["runner"]["alive"] is False and q["order"] == ["j2"]
+    j1, j2 = q["jobs"]
+    assert base64.b64decode(j1["log_chunk"]["data_b64"]) == b"epoch 1\n"
+    assert j1["checkpoint"]["path"] == str(ckpt / "step-2.pt")
+    assert j1["checkpoint"]["size"] == 2
+    # A job with a cursor gets its bytes even when it is not running (its last lines).
+    assert base64.b64decode(j2["log_chunk"]["data_b64"]) == b"old\n"
+    assert "checkpoint" not in j2
+    # The second call reuses the session's incremental reader.
+    assert collect(session, {"queue_root": str(tmp_path)})["queue"]["queues"]["default"][
+        "last_seq"] == 4
