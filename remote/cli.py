@@ -67,12 +67,12 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        sys.stdout.write("usage: gpuroom-remote {%s} ...\n" % ",".join(sorted(COMMANDS)))
+        sys.stdout.write("usage: gpuroom-remote {{{}}} ...\n".format(",".join(sorted(COMMANDS))))
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     command = COMMANDS.get(name)
     if command is None:
-        sys.stderr.write("gpuroom-remote: unknown command %r (known: %s)\n"
-                         % (name, ", ".join(sorted(COMMANDS))))
+        known = ", ".join(sorted(COMMANDS))
+        sys.stderr.write(f"gpuroom-remote: unknown command {name!r} (known: {known})\n")
         return 2
     return command(rest)

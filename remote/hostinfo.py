@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -61,7 +62,7 @@ def host_facts() -> Dict[str, Any]:
         "cpu_affinity": affinity,
         # Host-wide on a container: it counts the neighbours' load too (U40).
         "loadavg_host": load,
-        "python": "%d.%d.%d" % tuple(__import__("sys").version_info[:3]),
+        "python": ".".join(str(n) for n in sys.version_info[:3]),
     }
 
 
@@ -103,12 +104,26 @@ def _own_cgroup_v2_dir(root: str) -> str:
     text = _read("/proc/self/cgroup") or ""
     for line in text.splitlines():
         if line.startswith("0::"):
-            candidate = os.path.join(root, line[3:].strip().lstrip("/"))
+            candidate = os.path.join(root, line[3:].strip().lstrip("/")).rstrip("/")
             if os.path.exists(os.path.join(candidate, "memory.current")) or os.path.exists(
                 os.path.join(candidate, "cpu.max")
             ):
                 return candidate
     return root
+
+
+def _own_cgroup_v1_dir(root: str, controller: str) -> str:
+    """This process's v1 cgroup for a controller: on a bare v1 host the hierarchy's root
+    describes the whole machine, not the job's limit (U41)."""
+    base = os.path.join(root, controller)
+    text = _read("/proc/self/cgroup") or ""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            candidate = os.path.join(base, parts[2].strip().lstrip("/"))
+            if os.path.isdir(candidate):
+                return candidate.rstrip("/")
+    return base
 
 
 def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
@@ -127,10 +142,11 @@ def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
             "oom": events.get("oom"),
             "cpu_quota_vcpus": parse_cpu_max(cpu_text) if cpu_text else None,
         }
-    mem = os.path.join(root, "memory")
-    if os.path.isdir(mem):
-        quota = _read_int(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
-        period = _read_int(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+    mem = _own_cgroup_v1_dir(root, "memory")
+    if os.path.isdir(os.path.join(root, "memory")):
+        cpu = _own_cgroup_v1_dir(root, "cpu")
+        quota = _read_int(os.path.join(cpu, "cpu.cfs_quota_us"))
+        period = _read_int(os.path.join(cpu, "cpu.cfs_period_us"))
         limit = _read_int(os.path.join(mem, "memory.limit_in_bytes"))
         control = parse_flat_keyed(_read(os.path.join(mem, "memory.oom_control")) or "")
         return {
@@ -153,7 +169,7 @@ def disk_facts(path: str) -> Dict[str, Any]:
         st = os.statvfs(expanded)
         dev = os.stat(expanded).st_dev
     except OSError as exc:
-        return {"path": path, "error": "%s: %s" % (type(exc).__name__, exc.strerror or exc)}
+        return {"path": path, "error": f"{type(exc).__name__}: {exc.strerror or exc}"}
     return {
         "path": path,
         "real_path": os.path.realpath(expanded),

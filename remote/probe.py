@@ -17,15 +17,15 @@ Request = Dict[str, Any]
 Collector = Callable[["ProbeSession", Request], Dict[str, Any]]
 
 
-def _collect_host(session: "ProbeSession", request: Request) -> Dict[str, Any]:
+def _collect_host(session: ProbeSession, request: Request) -> Dict[str, Any]:
     return {"host": hostinfo.host_facts()}
 
 
-def _collect_cgroup(session: "ProbeSession", request: Request) -> Dict[str, Any]:
+def _collect_cgroup(session: ProbeSession, request: Request) -> Dict[str, Any]:
     return {"cgroup": hostinfo.cgroup_facts()}
 
 
-def _collect_disks(session: "ProbeSession", request: Request) -> Dict[str, Any]:
+def _collect_disks(session: ProbeSession, request: Request) -> Dict[str, Any]:
     mounts = [str(m) for m in request.get("mounts") or []]
     return {"disks": hostinfo.disks(mounts)}
 
@@ -48,7 +48,7 @@ OPTIONAL_SECTIONS = [
 
 
 def _module_collector(module: str) -> Collector:
-    def collect(session: "ProbeSession", request: Request) -> Dict[str, Any]:
+    def collect(session: ProbeSession, request: Request) -> Dict[str, Any]:
         mod = __import__("gpuroom.remote." + module, fromlist=["collect"])
         return mod.collect(session, request)  # type: ignore[no-any-return]
 
@@ -99,7 +99,7 @@ class ProbeSession:
             except Exception as exc:  # one broken section must not hide the others
                 errors.append({
                     "section": name,
-                    "error": "%s: %s" % (type(exc).__name__, exc),
+                    "error": f"{type(exc).__name__}: {exc}",
                     "trace": traceback.format_exc(limit=3)[-800:],
                 })
         doc["errors"] = errors
@@ -113,4 +113,4 @@ class ProbeSession:
             except Exception as exc:  # shutdown of an optional section; report, continue
                 import sys
 
-                sys.stderr.write("gpuroom-remote: close failed: %s\n" % exc)
+                sys.stderr.write(f"gpuroom-remote: close failed: {exc}\n")

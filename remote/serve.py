@@ -21,7 +21,7 @@ def handle(session: ProbeSession, line: str) -> Dict[str, Any]:
     try:
         request = json.loads(line)
     except ValueError as exc:
-        return {"ok": False, "error": "request is not JSON: %s" % exc}
+        return {"ok": False, "error": f"request is not JSON: {exc}"}
     if not isinstance(request, dict):
         return {"ok": False, "error": "request must be a JSON object"}
     op = request.get("op", "probe")
@@ -29,7 +29,7 @@ def handle(session: ProbeSession, line: str) -> Dict[str, Any]:
         return {"ok": True, "snapshot": session.snapshot(request.get("args") or {})}
     if op == "ping":
         return {"ok": True}
-    return {"ok": False, "error": "unknown op %r (known: probe, ping)" % op}
+    return {"ok": False, "error": f"unknown op {op!r} (known: probe, ping)"}
 
 
 def serve(stdin: Optional[IO[str]] = None, stdout: Optional[IO[str]] = None) -> int:
@@ -42,7 +42,7 @@ def serve(stdin: Optional[IO[str]] = None, stdout: Optional[IO[str]] = None) -> 
             if not line:
                 return 0  # the jump host closed the channel: leave quietly
             if len(line) > MAX_REQUEST_BYTES:
-                answer = {"ok": False, "error": "request over %d bytes" % MAX_REQUEST_BYTES}
+                answer = {"ok": False, "error": f"request over {MAX_REQUEST_BYTES} bytes"}
                 # Drain the rest of the oversized line so the next request starts clean.
                 while line and not line.endswith("\n"):
                     line = stdin.readline(MAX_REQUEST_BYTES)

@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .queue_cmd import add_cli as add_queue_cli
 
     add_queue_cli(sub)
+    from gpuroom.profiles.cli import add_cli as add_profiles_cli
+
+    add_profiles_cli(sub)
     return parser
 
 
