@@ -13,8 +13,10 @@ REMOTE = sorted((ROOT / "remote").glob("*.py"))
 # Only the checkpoint module may import torch/numpy (lazily); pynvml ships inside the zipapp.
 REMOTE_EXTRA_ALLOWED = {"pynvml", "torch", "numpy", "gpuroom"}
 # Methods and functions added after 3.8 that a 3.8 box would fail on at run time.
-POST_38_ATTRS = {"removeprefix", "removesuffix", "is_relative_to", "bit_count", "zip_strict",
-                 "to_thread", "cache", "with_stem", "readlink", "pairwise", "batched"}
+# (Names that also exist on 3.8 objects, like os.readlink, are not listed.)
+POST_38_ATTRS = {"removeprefix", "removesuffix", "is_relative_to", "bit_count", "to_thread",
+                 "with_stem", "pairwise", "batched"}
+POST_38_MODULE_ATTRS = {("functools", "cache"), ("asyncio", "to_thread"), ("math", "lcm")}
 
 
 def _imports(tree: ast.AST) -> set[str]:
@@ -40,6 +42,9 @@ def test_remote_parses_as_python38_and_is_stdlib_only(path: Path) -> None:
         assert not {"torch", "numpy"} & _imports(tree), f"{path.name} needs torch"
     attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not attrs & POST_38_ATTRS, f"{path.name} uses {attrs & POST_38_ATTRS} (3.9+)"
+    module_attrs = {(n.value.id, n.attr) for n in ast.walk(tree)
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    assert not module_attrs & POST_38_MODULE_ATTRS, f"{path.name}: 3.9+ function"
     # PEP 604/585 spellings in annotations are fine only as strings (future import).
     if any(isinstance(n, ast.AnnAssign | ast.FunctionDef) for n in ast.walk(tree)):
         assert "from __future__ import annotations" in source or path.name == "__main__.py"
