@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet import Fleet, backoff_delay
+from gpuroom.tui.fleet import Fleet, backoff_delay, iter_jobs
 from gpuroom.tui.helper_build import build_bytes, helper_archive
 from gpuroom.tui.link import HostLink, LinkError
 from gpuroom.tui.model import LinkState
@@ -116,3 +116,43 @@ def test_probe_cli_on_local(home: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["--config", str(home / "none.toml"), "probe", "local", "--compact"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == 1 and doc["errors"] == []
+
+
+async def test_log_cursor_follows_a_running_job(home: Path, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """The fleet sends each job's next_offset back, so log bytes arrive once, in order."""
+    import asyncio
+    import base64
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("GPUROOM_HOME", str(home / "gh"))
+    socket_name = f"gpuroom-test-{os.getpid()}"
+    monkeypatch.setenv("GPUROOM_TMUX_SOCKET", socket_name)
+    script = "import time\nfor i in range(40):\n print('line', i, flush=True); time.sleep(0.05)"
+    add = subprocess.run([sys.executable, "-m", "gpuroom.remote", "queue", "add",
+                          "--idle-exit", "2", "--", sys.executable, "-c", script],
+                         capture_output=True, text=True, check=True)
+    job = json.loads(add.stdout)["job"]
+    config = Config(path=home / "hosts.toml")
+    fleet = Fleet(config)
+    received = b""
+    try:
+        for _ in range(100):  # bounded: 40 lines at 50 ms is ~2 s
+            state = await fleet.poll_host("local")
+            assert state.state is LinkState.UP, state.error
+            jobs = dict(iter_jobs(state.snapshot or {}))
+            chunk = jobs[f"default/{job}"].get("log_chunk")
+            if chunk:
+                assert not chunk["reset"] or received == b""
+                received += base64.b64decode(chunk["data_b64"])
+            if jobs[f"default/{job}"]["state"] == "succeeded" and (
+                    not chunk or chunk["next_offset"] >= chunk["size"]):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await fleet.close()
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True,
+                       check=False)
+    lines = received.decode().splitlines()
+    assert [f"line {i}" for i in range(40)] == [ln for ln in lines if ln.startswith("line")]

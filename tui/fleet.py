@@ -11,7 +11,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +29,18 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
+
+
+def iter_jobs(snapshot: Snapshot) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every job in a snapshot's queues as ("queue/job_id", job)."""
+    queue = snapshot.get("queue")
+    queues = queue.get("queues") if isinstance(queue, dict) else None
+    if not isinstance(queues, dict):
+        return
+    for qname, view in queues.items():
+        for job in (view or {}).get("jobs") or []:
+            if isinstance(job, dict) and job.get("id"):
+                yield f"{qname}/{job['id']}", job
 
 
 class Recorder:
@@ -102,12 +114,11 @@ class Fleet:
         kernel = snapshot.get("kernel")
         if isinstance(kernel, dict) and kernel.get("cursor") is not None:
             cursors["kernel_cursor"] = kernel["cursor"]
-        queue = snapshot.get("queue")
         logs: dict[str, Any] = {}
-        if isinstance(queue, dict):
-            for key, log in (queue.get("logs") or {}).items():
-                if isinstance(log, dict) and "offset" in log:
-                    logs[key] = {"offset": log["offset"], "inode": log.get("inode")}
+        for key, job in iter_jobs(snapshot):
+            chunk = job.get("log_chunk")
+            if isinstance(chunk, dict) and chunk.get("next_offset") is not None:
+                logs[key] = {"offset": chunk["next_offset"], "inode": chunk.get("inode")}
         cursors["logs"] = logs
 
     async def poll_host(self, name: str) -> HostState:
