@@ -214,3 +214,21 @@ def test_status_through_jump_host(jump_topology: Any, tmp_path: Path,
     assert far["host"]["hostname"] == socket.gethostname()
     [home] = [d for d in far["disks"] if d["path"] == "~"]
     assert home["total_inodes"] == os.statvfs(home["real_path"]).f_files
+
+
+async def test_probe_over_ssh_has_every_section_and_no_errors(box: Any) -> None:
+    """Issue 3: the full document comes back from a box with no GPU, whatever dmesg allows."""
+    link = HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config)
+    try:
+        snap = await link.poll({"mounts": ["/nonexistent-mount"]})
+    finally:
+        await link.close()
+    for key in ("schema", "helper", "host", "cgroup", "disks", "gpus", "gpu_source", "kernel",
+                "vram_holders", "queue", "errors"):
+        assert key in snap, key
+    assert snap["errors"] == []
+    assert snap["gpus"] == [] and snap["gpu_source"] == "none"
+    assert snap["kernel"]["log"] in ("ok", "partial", "denied", "unavailable")
+    [missing] = [d for d in snap["disks"] if d["path"] == "/nonexistent-mount"]
+    assert "error" in missing  # a missing mount is reported, not raised
+    assert snap["host"]["cpu_count"] == os.cpu_count()
