@@ -1,0 +1,86 @@
+"""remote/manifest.py: what the box says a checkpoint dir holds, cached and bounded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuroom.remote import manifest
+
+OLD_NS = 1_600_000_000 * 10**9  # well past the "still being written" window
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    return h
+
+
+def make(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+
+
+def test_lists_hashes_and_caches(home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    make(d / "a.pt", b"a" * 1000)
+    make(d / "sub" / "b b 'é'.bin", b"b")
+    (d / "link").symlink_to("/etc/passwd")
+    first = manifest.build(str(d))
+    files = {f["path"]: f for f in first["files"]}
+    assert first["complete"] is True and first["hashed"] == 2 and first["cache_hits"] == 0
+    assert files["a.pt"]["sha256"] == hashlib.sha256(b"a" * 1000).hexdigest()
+    assert files["sub/b b 'é'.bin"]["size"] == 1
+    # A symlink is named with its target, never followed or hashed.
+    assert files["link"] == {"path": "link", "kind": "symlink", "target": "/etc/passwd"}
+    second = manifest.build(str(d))
+    assert second["hashed"] == 0 and second["cache_hits"] == 2
+    assert second["files"] == first["files"]
+    assert Path(manifest.cache_path(str(d))).is_relative_to(home / ".gpuroom" / "cache")
+
+
+def test_changed_file_is_rehashed(home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    make(d / "a.pt", b"one")
+    manifest.build(str(d))
+    (d / "a.pt").write_bytes(b"two")  # same size, new mtime: the cache key no longer matches
+    doc = manifest.build(str(d))
+    assert doc["hashed"] == 1 and doc["files"][0]["sha256"] == hashlib.sha256(b"two").hexdigest()
+
+
+def test_fresh_files_are_not_cached(home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "live.pt").write_bytes(b"x")  # mtime now: it may still change within this tick
+    manifest.build(str(d))
+    assert manifest.build(str(d))["hashed"] == 1
+
+
+def test_bounded_by_count_and_time(home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    for i in range(5):
+        make(d / f"f{i}", b"x")
+    cut = manifest.build(str(d), max_files=3)
+    assert cut["complete"] is False and "3 files" in cut["reason"] and len(cut["files"]) == 3
+    late = manifest.build(str(d), deadline_s=-1)
+    assert late["complete"] is False and late["reason"] == "deadline"
+
+
+def test_only_and_missing_dir(home: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "ckpt"
+    make(d / "a", b"1")
+    make(d / "b", b"2")
+    assert manifest.main([str(d), "--only", "b", "--only", "gone"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted((f["path"], f["kind"]) for f in doc["files"]) == [("b", "file"),
+                                                                 ("gone", "missing")]
+    nodir = manifest.build(str(tmp_path / "nope"))
+    assert nodir["complete"] is False and "not a directory" in nodir["reason"]
