@@ -1,0 +1,265 @@
+"""The danger clock: what each host is costing, and which timer will cost data or money next.
+
+Pure: snapshots, the profile, a price and an injected ``now`` in; ``ClockItem``s out. Idle time
+needs history, so ``IdleTracker`` remembers, per host, since when it has been idle; it is fed
+every poll and does no I/O.
+
+The clocks (principle 10): money billed since the box booted (or since the user's rented_at);
+money burnt idle; Slurm walltime left; a notebook's session cap and idle timeout; a stopped
+box's auto-release; checkpoints still on a box whose queue has finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpuroom.profiles import Profile
+
+from .doctor import SEVERITY_RANK, Finding, Severity
+from .fleet import iter_jobs
+from .model import Snapshot
+
+ACTIVE_STATES = ("launching", "running")
+FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+
+# A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
+# ~70 of 700 W; the idle A10 of fixtures/throttle/a10-... 21.3 of 150 W).
+IDLE_POWER_FRAC = 0.2
+# Idle shorter than this is between jobs, not forgotten.
+IDLE_NOTE_S = 10 * 60.0
+IDLE_WARN_S = 30 * 60.0
+IDLE_CRIT_S = 2 * 3600.0
+# A timer ending sooner than these escalates.
+TIMER_WARN_S = 2 * 3600.0
+TIMER_CRIT_S = 30 * 60.0
+WALLTIME_WARN_S = 3600.0
+WALLTIME_CRIT_S = 10 * 60.0
+
+
+@dataclass(frozen=True)
+class ClockItem:
+    host: str
+    kind: str  # spend | idle | walltime | session_cap | idle_timeout | auto_release | unpulled
+    severity: Severity
+    text: str
+    seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def _money(price: float | None, seconds: float) -> str:
+    return f"${price * seconds / 3600.0:.2f}" if price is not None else ""
+
+
+def _host(snap: Snapshot | None) -> dict[str, Any]:
+    h = (snap or {}).get("host")
+    return h if isinstance(h, dict) else {}
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _jobs(snap: Snapshot | None) -> list[dict[str, Any]]:
+    return [job for _, job in iter_jobs(snap)] if snap else []
+
+
+def gpu_idle(gpu: Mapping[str, Any]) -> bool:
+    power, limit = _num(gpu.get("power_w")), _num(gpu.get("power_limit_w"))
+    if power is not None and limit:
+        return power <= IDLE_POWER_FRAC * limit
+    util = _num(gpu.get("util_gpu_pct"))
+    return util is not None and util <= 1.0
+
+
+def is_idle(snap: Snapshot) -> bool:
+    """Billing for nothing: no job running, and every GPU (if any) near idle power."""
+    if any(j.get("state") in ACTIVE_STATES for j in _jobs(snap)):
+        return False
+    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
+    return all(gpu_idle(g) for g in gpus)
+
+
+class IdleTracker:
+    """Since when each host has been idle. Feed it every poll; a failed poll (no snapshot)
+    changes nothing, since a dropped link says nothing about the box (GEN8)."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float | None] = {}
+        self._boot: dict[str, Any] = {}
+
+    def feed(self, host: str, snapshot: Snapshot | None, now: float) -> None:
+        if snapshot is None:
+            return
+        boot = _host(snapshot).get("boot_id")
+        if not is_idle(snapshot):
+            self._since[host] = None
+        elif self._since.get(host) is None:
+            self._since[host] = now
+        elif boot is not None and self._boot.get(host) not in (None, boot):
+            # A reboot between polls: the box was not idle before it, it was down; count anew.
+            self._since[host] = now
+        self._boot[host] = boot
+
+    def idle_since(self, host: str) -> float | None:
+        return self._since.get(host)
+
+    def idle_for(self, host: str, now: float) -> float | None:
+        since = self._since.get(host)
+        return None if since is None else now - since
+
+
+def billed_seconds(snap: Snapshot, now: float, rented_at: float | None = None) -> float | None:
+    """Since the user's rented_at when given, else since the box booted (uptime at probe time
+    plus the probe's age)."""
+    if rented_at is not None:
+        return max(0.0, now - rented_at)
+    uptime, taken = _num(_host(snap).get("uptime_s")), _num(_host(snap).get("time"))
+    if uptime is None:
+        return None
+    return uptime + (max(0.0, now - taken) if taken is not None else 0.0)
+
+
+def walltime_left(job: Mapping[str, Any], now: float) -> float | None:
+    """Slurm hook: seconds until the scheduler kills the job. The queue does not carry a time
+    limit yet; a job with ``time_limit_s`` (and a started attempt) or ``end_time`` is read."""
+    end = _num(job.get("end_time"))
+    if end is None:
+        limit = _num(job.get("time_limit_s"))
+        attempts = job.get("attempts") or []
+        start = _num(attempts[-1].get("start")) if attempts and isinstance(attempts[-1],
+                                                                           dict) else None
+        if limit is None or start is None:
+            return None
+        end = start + limit
+    return end - now
+
+
+def _timer_severity(left: float, warn: float = TIMER_WARN_S,
+                    crit: float = TIMER_CRIT_S) -> Severity:
+    if left <= crit:
+        return "critical"
+    return "warn" if left <= warn else "info"
+
+
+def _has_checkpoints(job: Mapping[str, Any]) -> bool:
+    return bool(job.get("checkpoint") or job.get("ckpt_dir"))
+
+
+def _synced(job: Mapping[str, Any]) -> bool:
+    sync = job.get("sync")
+    return isinstance(sync, dict) and sync.get("state") == "synced"
+
+
+def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
+                price_per_hour: float | None = None, rented_at: float | None = None,
+                tracker: IdleTracker | None = None) -> list[ClockItem]:
+    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from."""
+    if snap is None:
+        return []
+    out: list[ClockItem] = []
+    billed = billed_seconds(snap, now, rented_at)
+    if billed is not None and price_per_hour is not None:
+        since = "rented" if rented_at is not None else "boot"
+        out.append(ClockItem(host, "spend", "info",
+                             f"{_money(price_per_hour, billed)} billed over {_fmt_s(billed)} "
+                             f"since {since} (${price_per_hour:.2f}/h)", billed))
+    idle = tracker.idle_for(host, now) if tracker is not None else None
+    if idle is not None and idle >= IDLE_NOTE_S:
+        sev: Severity = ("critical" if idle >= IDLE_CRIT_S
+                         else "warn" if idle >= IDLE_WARN_S else "info")
+        cost = _money(price_per_hour, idle)
+        out.append(ClockItem(host, "idle", sev,
+                             f"idle {_fmt_s(idle)} while billing"
+                             + (f": {cost} burnt" if cost else "")
+                             + " (no job running, GPU at idle power)", idle))
+    jobs = _jobs(snap)
+    if profile is not None and profile.kind == "slurm":
+        for job in jobs:
+            if job.get("state") not in ACTIVE_STATES:
+                continue
+            left = walltime_left(job, now)
+            if left is not None:
+                out.append(ClockItem(
+                    host, "walltime", _timer_severity(left, WALLTIME_WARN_S, WALLTIME_CRIT_S),
+                    f"job {job.get('id')}: walltime ends in {_fmt_s(left)} (SIGTERM, then "
+                    f"SIGKILL)", left))
+    uptime = billed_seconds(snap, now)
+    for clock in profile.danger_clocks if profile is not None else ():
+        if not isinstance(clock.seconds, int) or isinstance(clock.seconds, bool):
+            continue
+        approx = "~" if clock.approximate else ""
+        if clock.kind == "session_cap" and uptime is not None:
+            left = clock.seconds - uptime
+            out.append(ClockItem(host, "session_cap", _timer_severity(left),
+                                 f"session cap ({approx}{_fmt_s(clock.seconds)}) ends in "
+                                 f"{_fmt_s(left)}", left))
+        elif clock.kind == "idle_timeout" and idle is not None:
+            left = clock.seconds - idle
+            out.append(ClockItem(host, "idle_timeout", _timer_severity(left),
+                                 f"idle timeout ({approx}{_fmt_s(clock.seconds)}) disconnects "
+                                 f"in {_fmt_s(left)}", left))
+        elif clock.kind == "auto_release_after_stop":
+            out.append(ClockItem(host, "auto_release", "info",
+                                 f"if stopped, released after {_fmt_s(clock.seconds)}: "
+                                 f"{clock.text}", float(clock.seconds)))
+    if jobs and all(j.get("state") in FINAL_STATES for j in jobs):
+        # A job that died wants a relaunch (the doctor says why), not a pull: only finished work.
+        unpulled = [j for j in jobs if j.get("state") == "succeeded" and _has_checkpoints(j)
+                    and not _synced(j)]
+        if unpulled:
+            out.append(ClockItem(
+                host, "unpulled", "warn",
+                "queue finished; checkpoints not pulled for "
+                + ", ".join(str(j.get("id")) for j in unpulled[:4])
+                + (" (destroy loses them)" if profile is not None
+                   and profile.meter_stop_irreversible is True else ""), None))
+    return out
+
+
+def _rank(severity: str) -> int:
+    return SEVERITY_RANK[severity]
+
+
+def banner_lines(findings: Iterable[Finding], clock_items: Iterable[ClockItem],
+                 limit: int = 3) -> list[str]:
+    """The worst ``limit`` things across the fleet, one line each; info never makes the banner.
+
+    Critical before warn; at equal severity a finding (something is wrong now) comes before a
+    clock (something will be), and a longer-running clock before a shorter one.
+    """
+    ranked: list[tuple[int, int, float, str]] = []
+    for f in findings:
+        if f.severity != "info":
+            ranked.append((-_rank(f.severity), 0, 0.0,
+                           f"{f.severity.upper()} {f.host}: {f.title} [{f.id}]"))
+    for c in clock_items:
+        if c.severity != "info":
+            # Longer idle is worse; a timer with less left is worse.
+            tie = -(c.seconds or 0.0) if c.kind in ("idle", "spend") else (c.seconds or 0.0)
+            ranked.append((-_rank(c.severity), 1, tie,
+                           f"{c.severity.upper()} {c.host}: {c.text}"))
+    ranked.sort(key=lambda r: r[:3])
+    return [r[3] for r in ranked[:limit]]
+
+
+__all__ = [
+    "ClockItem", "IdleTracker", "banner_lines", "billed_seconds", "gpu_idle", "host_clocks",
+    "is_idle", "walltime_left",
+]

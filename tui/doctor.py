@@ -1,0 +1,593 @@
+"""The doctor: what a snapshot (and the one before it) says is wrong, as gotcha-id findings.
+
+Pure functions of (previous snapshot | None, snapshot | None, link state, profile, now): no
+I/O, no wall clock, so recordings replay to the same findings. Each finding carries the seed's
+id (U7, GEN8, ...), what was seen with its numbers, and the seed's fix in a line.
+
+A failed poll is never a dead run (GEN8): a host that did not answer gets one finding saying
+so and nothing is concluded from its old snapshot. A job that was running and is gone is
+explained by the strongest evidence first (U3's ladder): reboot, cgroup OOM, kernel OOM line
+naming its pid, a lost GPU, and only then a signal or a kill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from gpuroom.profiles import Profile
+
+from .fleet import iter_jobs
+from .model import HostState, LinkState, Snapshot
+
+Severity = Literal["info", "warn", "critical"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
+
+ACTIVE_STATES = ("launching", "running")
+FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+
+# U21: "100% util" with the SM clock and the power both low is a GPU fed a trickle of kernels.
+UNDERFED_UTIL_PCT = 80.0
+UNDERFED_CLOCK_FRAC = 0.6
+UNDERFED_POWER_FRAC = 0.35
+# U23: an H100 throttles around 83 C. The probe has no base clock; 80 % of the max SM clock
+# stands in for it (H100 SXM: base 1590 of max 1980 MHz).
+HOT_C = 83.0
+BASE_CLOCK_FRAC = 0.8
+THROTTLE_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
+                              "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+# U38: "~0 %" util.
+IDLE_UTIL_PCT = 5.0
+# U43: a log quiet for less than this is just between prints, not "frozen".
+LOG_SILENT_S = 120.0
+# U7 / U6 thresholds.
+INODE_WARN_PCT = 90.0
+INODE_CRIT_PCT = 99.0
+BYTES_CRIT_PCT = 95.0
+BYTES_LOW_PCT = 90.0
+TMP_SUFFIXES = (".tmp", ".partial", ".part")
+# Xid codes U22 calls a dead GPU: 48 double-bit ECC, 79 fallen off the bus.
+DEAD_GPU_XIDS = frozenset({48, 79})
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Severity
+    host: str
+    title: str
+    seen: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+FIX = {
+    "GEN8": "a dropped poll is not a dead run: re-ssh and check the process, log tail and "
+            "checkpoint mtime before concluding anything",
+    "GEN6": "tmux/nohup do not survive a reboot: relaunch the same command and resume from "
+            "the last checkpoint; add an @reboot relaunch on a box that reboots often",
+    "U9": "size num_workers against memory.max, not CPU count; share one copy across workers; "
+          "do not shrink the batch for a phantom OOM",
+    "U22": "a hardware fault, not your code: stop the instance and re-rent a different box",
+    "U3": "diagnose cheap to conclusive (dmesg, GPU memory, cgroup, uptime) before 'fixing'; "
+          "a pkill may have matched more than intended",
+    "U21": "util % is a liar: read SM clock and power (dmon -s pucvmet) and feed the GPU (U24)",
+    "U23": "a tenant cannot fix cooling or power: flag it and re-rent a healthier box; do not "
+           "read the slowdown as a regression",
+    "U38": "CPU-data-bound, not stalled: move the transform to the GPU or tune num_workers / "
+           "prefetch (U24)",
+    "U7": "watch df -i, not only df -h: clean by value (keep eval JSONs, drop scratch), shard "
+          "many small files into tar (U25)",
+    "U6": "pre-budget ckpt_size x runs + latest; delete the *.tmp / rolling latest.pth, keep "
+          "best.pth, or move checkpoints to durable storage",
+    "U11": "a holder nvidia-smi cannot see locks VRAM: fuser -v /dev/nvidia*, kill the listed "
+           "pids (or restart the container)",
+    "GEN7": "the operator is the scheduler: serialize through the queue or pin each run to its "
+            "own card with CUDA_VISIBLE_DEVICES",
+    "U40": "cap the thread pools to the slice: export OMP_NUM_THREADS=N MKL_NUM_THREADS=N "
+           "with N the cgroup's vCPUs, in the launch wrapper",
+    "U43": "stdout is block-buffered off a TTY: run python -u / PYTHONUNBUFFERED=1 and judge "
+           "liveness by artifacts, not log cadence",
+    "U10": "check free VRAM before launch; size the batch to fit beside the running job; "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+}
+
+
+def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> Finding:
+    return Finding(fid, severity, host, title, seen, FIX[fid])
+
+
+# ------------------------------------------------------------------------------- readers
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _host(snap: Snapshot | None) -> dict[str, Any]:
+    h = (snap or {}).get("host")
+    return h if isinstance(h, dict) else {}
+
+
+def _cgroup(snap: Snapshot | None) -> dict[str, Any]:
+    c = (snap or {}).get("cgroup")
+    return c if isinstance(c, dict) else {}
+
+
+def _gpus(snap: Snapshot | None) -> list[dict[str, Any]]:
+    return [g for g in (snap or {}).get("gpus") or [] if isinstance(g, dict)]
+
+
+def _kernel_events(snap: Snapshot | None) -> list[dict[str, Any]]:
+    kernel = (snap or {}).get("kernel")
+    events = kernel.get("events") if isinstance(kernel, dict) else None
+    return [e for e in events or [] if isinstance(e, dict)]
+
+
+def _jobs(snap: Snapshot | None) -> dict[str, dict[str, Any]]:
+    return dict(iter_jobs(snap)) if snap else {}
+
+
+def _attempt(job: Mapping[str, Any] | None) -> dict[str, Any]:
+    attempts = (job or {}).get("attempts") or []
+    last = attempts[-1] if attempts else None
+    return last if isinstance(last, dict) else {}
+
+
+def _reasons(gpu: Mapping[str, Any]) -> list[str]:
+    # Older recorded scenarios spell the key clock_reasons; the probe writes clock_event_reasons.
+    raw = gpu.get("clock_event_reasons")
+    if raw is None:
+        raw = gpu.get("clock_reasons")
+    return [str(r) for r in raw or []]
+
+
+def _gpu_label(gpu: Mapping[str, Any]) -> str:
+    name = gpu.get("name") or "GPU"
+    return f"GPU {gpu.get('index', '?')} ({name})"
+
+
+def _by_index(snap: Snapshot | None) -> dict[Any, dict[str, Any]]:
+    return {g.get("index"): g for g in _gpus(snap)}
+
+
+def _log_size(job: Mapping[str, Any]) -> float | None:
+    chunk = job.get("log_chunk")
+    if not isinstance(chunk, dict):
+        return None
+    return _num(chunk.get("size")) if chunk.get("size") is not None else _num(
+        chunk.get("next_offset"))
+
+
+def _ckpt(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    c = job.get("checkpoint")
+    return c if isinstance(c, dict) else None
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover - the loop returns at TiB
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# ------------------------------------------------------------------------------- link
+
+def link_findings(host: str, link: LinkState, error: str | None,
+                  age_s: float | None) -> list[Finding]:
+    """GEN8 / U3's separate trap: the poll failed, which says nothing about the job."""
+    if link is LinkState.UP:
+        return []
+    age = f"last good snapshot {_fmt_s(age_s)} ago" if age_s is not None else "never answered"
+    return [_finding(
+        "GEN8", "warn", host,
+        f"link {link.value}: the poll failed, this does NOT mean the job died",
+        f"{error or 'no answer'}; {age}")]
+
+
+# ------------------------------------------------------------------------------- U3 ladder
+
+def _job_died(old: Mapping[str, Any], new: Mapping[str, Any] | None, rebooted: bool,
+              new_boot: str | None) -> bool:
+    """A job running before that is not running the same attempt now (and did not succeed)."""
+    if new is None:
+        return True
+    state = new.get("state")
+    if state == "succeeded":
+        return False
+    if state in ACTIVE_STATES:
+        old_a, new_a = _attempt(old), _attempt(new)
+        if old_a.get("attempt") != new_a.get("attempt"):
+            return True  # a retry already started: the earlier attempt ended between polls
+        # After a reboot the queue may still say "running" until its runner notices.
+        attempt_boot = new_a.get("boot_id")
+        return rebooted and attempt_boot is not None and attempt_boot != new_boot
+    return True
+
+
+def _old_attempt_in(new: Mapping[str, Any] | None, old: Mapping[str, Any]) -> dict[str, Any]:
+    """The attempt that was running, as the new snapshot reports its end."""
+    n = _attempt(old).get("attempt")
+    for a in (new or {}).get("attempts") or []:
+        if isinstance(a, dict) and a.get("attempt") == n:
+            return a
+    return {}
+
+
+def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
+    """Explain each job that was running in ``prev`` and is not now, strongest evidence first."""
+    out: list[Finding] = []
+    old_boot, new_boot = _host(prev).get("boot_id"), _host(snap).get("boot_id")
+    rebooted = bool(prev) and old_boot is not None and new_boot is not None \
+        and old_boot != new_boot
+    old_jobs, new_jobs = _jobs(prev), _jobs(snap)
+    events = _kernel_events(snap)
+    oom_before, oom_now = _num(_cgroup(prev).get("oom_kill")), _num(_cgroup(snap).get("oom_kill"))
+    # The counter restarts at 0 with the box, so a rise only means something within one boot.
+    cgroup_oom = (not rebooted and oom_before is not None and oom_now is not None
+                  and oom_now > oom_before)
+    dead_gpu = [e for e in events
+                if e.get("kind") == "gpu_lost"
+                or (e.get("kind") == "xid" and e.get("code") in DEAD_GPU_XIDS)]
+    explained_reboot = False
+    for key, old in old_jobs.items():
+        if old.get("state") not in ACTIVE_STATES:
+            continue
+        new = new_jobs.get(key)
+        if not _job_died(old, new, rebooted, new_boot):
+            continue
+        label = f"job {key} ({old.get('name') or key})"
+        ended = _old_attempt_in(new, old)
+        pid = _attempt(old).get("pid")
+        oom_lines = [e for e in events if e.get("kind") == "oom" and pid is not None
+                     and e.get("pid") == pid]
+        if rebooted or ended.get("end_reason") == "orphaned_by_reboot":
+            explained_reboot = True
+            uptime = _num(_host(snap).get("uptime_s"))
+            out.append(_finding(
+                "GEN6", "critical", host, f"{label} died: the box rebooted",
+                f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"
+                + (f", uptime {_fmt_s(uptime)}" if uptime is not None else "")))
+        elif cgroup_oom:
+            out.append(_finding(
+                "U9", "critical", host, f"{label} died: cgroup OOM-kill",
+                f"cgroup oom_kill {oom_before:.0f} -> {oom_now:.0f} (U41: the counter rose, "
+                f"so it was your cgroup)"))
+        elif oom_lines:
+            e = oom_lines[0]
+            where = "memory cgroup" if e.get("memcg") else "kernel"
+            out.append(_finding(
+                "U9", "critical", host, f"{label} died: {where} OOM-killed pid {pid}",
+                str(e.get("line") or f"Killed process {pid} ({e.get('process')})")))
+        elif dead_gpu:
+            e = dead_gpu[0]
+            what = (f"Xid {e.get('code')}" if e.get("kind") == "xid" else "GPU fell off the bus")
+            out.append(_finding(
+                "U22", "critical", host, f"{label} died: {what}, the GPU is dead",
+                str(e.get("line") or what)))
+        else:
+            out.append(_ended_finding(host, label, new, ended))
+    if rebooted and not explained_reboot:
+        out.append(_finding(
+            "GEN6", "info", host, "the box rebooted (no job was running)",
+            f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"))
+    return out
+
+
+def _ended_finding(host: str, label: str, new: Mapping[str, Any] | None,
+                   ended: Mapping[str, Any]) -> Finding:
+    """The bottom of the ladder: no reboot, no OOM, no Xid seen."""
+    reason = ended.get("end_reason")
+    signal, code = ended.get("signal"), ended.get("exit_code")
+    if new is None:
+        return _finding("U3", "warn", host, f"{label} is gone from the queue",
+                        "no reboot, OOM or Xid seen; the job is no longer listed")
+    if reason == "killed":
+        return _finding("U3", "info", host, f"{label} was killed on request",
+                        f"end_reason killed, signal {signal}")
+    if signal:
+        return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
+                        "no reboot, OOM or Xid seen: a manual kill (pkill matching more than "
+                        "intended) or an SSH HUP")
+    if reason == "vanished":
+        return _finding("U3", "warn", host, f"{label} vanished",
+                        f"the wrapper died without recording an exit ({new.get('reason')})")
+    return _finding("U3", "warn", host, f"{label} exited with code {code}",
+                    "no reboot, OOM or Xid seen: read the log tail for the error")
+
+
+# ------------------------------------------------------------------------------- GPU health
+
+def _underfed(gpu: Mapping[str, Any]) -> bool:
+    util, clock = _num(gpu.get("util_gpu_pct")), _num(gpu.get("clock_sm_mhz"))
+    clock_max = _num(gpu.get("clock_sm_max_mhz"))
+    power, limit = _num(gpu.get("power_w")), _num(gpu.get("power_limit_w"))
+    if None in (util, clock, clock_max, power, limit) or not clock_max or not limit:
+        return False
+    assert util is not None and clock is not None and power is not None
+    return (util >= UNDERFED_UTIL_PCT and clock < UNDERFED_CLOCK_FRAC * clock_max
+            and power < UNDERFED_POWER_FRAC * limit)
+
+
+def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
+    out: list[Finding] = []
+    before = _by_index(prev)
+    for gpu in _gpus(snap):
+        label = _gpu_label(gpu)
+        old = before.get(gpu.get("index"))
+        # One sample is never enough for U21 (the seed): the previous poll must agree.
+        if _underfed(gpu) and old is not None and _underfed(old):
+            out.append(_finding(
+                "U21", "warn", host, f"{label} underfed: util high, SM clock and power low",
+                f"util {gpu.get('util_gpu_pct')} %, SM {gpu.get('clock_sm_mhz')}/"
+                f"{gpu.get('clock_sm_max_mhz')} MHz, power {gpu.get('power_w')}/"
+                f"{gpu.get('power_limit_w')} W"))
+        active = sorted(set(_reasons(gpu)) & THROTTLE_REASONS)
+        temp, clock = _num(gpu.get("temp_c")), _num(gpu.get("clock_sm_mhz"))
+        clock_max = _num(gpu.get("clock_sm_max_mhz"))
+        hot_slow = (temp is not None and temp >= HOT_C and clock is not None
+                    and clock_max is not None and clock < BASE_CLOCK_FRAC * clock_max)
+        if active or hot_slow:
+            seen = []
+            if active:
+                seen.append("active: " + ", ".join(active))
+            seen.append(f"temp {gpu.get('temp_c')} C, SM {gpu.get('clock_sm_mhz')}/"
+                        f"{gpu.get('clock_sm_max_mhz')} MHz")
+            out.append(_finding("U23", "warn", host, f"{label} is throttling",
+                                "; ".join(seen)))
+        procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict)]
+        pids = sorted({int(p["pid"]) for p in procs if isinstance(p.get("pid"), int)})
+        if len(pids) >= 2:
+            out.append(_finding(
+                "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
+                "pids " + ", ".join(str(p) for p in pids)))
+    holders = [h for h in (snap.get("vram_holders") or []) if isinstance(h, dict)]
+    if holders:
+        out.append(_finding(
+            "U11", "warn", host,
+            f"{len(holders)} process(es) hold /dev/nvidia* unseen by nvidia-smi",
+            "; ".join(f"pid {h.get('pid')} {h.get('comm') or '?'} ({h.get('state') or '?'})"
+                      for h in holders[:4])))
+    return out
+
+
+# ------------------------------------------------------------------------------- jobs
+
+def _job_gpus(job: Mapping[str, Any], snap: Snapshot) -> list[dict[str, Any]]:
+    wanted = _attempt(job).get("gpus")
+    gpus = _gpus(snap)
+    if isinstance(wanted, list) and wanted and all(isinstance(i, int) for i in wanted):
+        return [g for g in gpus if g.get("index") in wanted]
+    return gpus
+
+
+def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
+    """U38, U43, U40, U10: what running and queued jobs show against the box."""
+    out: list[Finding] = []
+    old_jobs = _jobs(prev)
+    window = None
+    t_prev, t_now = _num(_host(prev).get("time")), _num(_host(snap).get("time"))
+    if t_prev is not None and t_now is not None:
+        window = t_now - t_prev
+    vcpus = _num(_cgroup(snap).get("cpu_quota_vcpus"))
+    cpu_count = _num(_host(snap).get("cpu_count"))
+    for key, job in _jobs(snap).items():
+        state = job.get("state")
+        label = f"job {key} ({job.get('name') or key})"
+        old = old_jobs.get(key)
+        if state in ACTIVE_STATES and old is not None and old.get("state") in ACTIVE_STATES \
+                and _attempt(old).get("attempt") == _attempt(job).get("attempt"):
+            size_old, size_new = _log_size(old), _log_size(job)
+            c_old, c_new = _ckpt(old), _ckpt(job)
+            log_grew = size_old is not None and size_new is not None and size_new > size_old
+            log_flat = size_old is not None and size_new is not None and size_new == size_old
+            m_old = _num(c_old.get("mtime")) if c_old else None
+            m_new = _num(c_new.get("mtime")) if c_new else None
+            ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
+            gpus = _job_gpus(job, snap)
+            utils = [_num(g.get("util_gpu_pct")) for g in gpus]
+            if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
+                    and (log_grew or ckpt_moved):
+                out.append(_finding(
+                    "U38", "info", host, f"{label} runs with the GPU at ~0 % util",
+                    f"util {', '.join(f'{u:.0f}' for u in utils if u is not None)} %, "
+                    + ("log grew " + _fmt_bytes((size_new or 0) - (size_old or 0))
+                       if log_grew else "checkpoint advanced")
+                    + ": CPU-data-bound, not stalled"))
+            if log_flat and ckpt_moved and window is not None and window >= LOG_SILENT_S:
+                out.append(_finding(
+                    "U43", "info", host, f"{label}: log silent but checkpoint advancing",
+                    f"no new log bytes for {_fmt_s(window)} while the checkpoint mtime moved "
+                    f"{_fmt_s((m_new or 0) - (m_old or 0))}: buffered, not hung"))
+        if state in ACTIVE_STATES and vcpus is not None and cpu_count is not None \
+                and vcpus < cpu_count:
+            env = job.get("env") if isinstance(job.get("env"), dict) else {}
+            assert isinstance(env, dict)
+            caps = [_int_env(env.get(v)) for v in THREAD_VARS]
+            set_caps = [c for c in caps if c is not None]
+            cap_ok = bool(set_caps) and max(set_caps) <= math.ceil(vcpus)
+            if not cap_ok:
+                threads = max(set_caps) if set_caps else int(cpu_count)
+                out.append(_finding(
+                    "U40", "warn", host, f"{label}: thread pools larger than the CPU slice",
+                    f"cgroup quota {vcpus:g} vCPUs of {cpu_count:.0f} host cores; threads "
+                    f"{threads} ({'OMP_NUM_THREADS' if set_caps else 'no thread cap set'})"))
+        if state == "queued":
+            out.extend(_vram_short(host, label, job, snap))
+    return out
+
+
+def _int_env(value: Any) -> int | None:
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _vram_short(host: str, label: str, job: Mapping[str, Any], snap: Snapshot) -> list[Finding]:
+    """U10. The queue records no VRAM ask today; a job carrying ``vram_mib`` is checked."""
+    ask = _num(job.get("vram_mib"))
+    gpus = _gpus(snap)
+    if ask is None or not gpus:
+        return []
+    need = max(1, int(_num(job.get("gpus")) or 1))
+    free = []
+    for g in gpus:
+        used, total = _num(g.get("mem_used_mib")), _num(g.get("mem_total_mib"))
+        if used is not None and total is not None:
+            free.append(total - used)
+    fits = sum(1 for f in free if f >= ask)
+    if not free or fits >= need:
+        return []
+    return [_finding(
+        "U10", "warn", host, f"{label} will not fit in free VRAM",
+        f"asks {ask:.0f} MiB on {need} GPU(s); free MiB per GPU: "
+        + ", ".join(f"{f:.0f}" for f in free))]
+
+
+# ------------------------------------------------------------------------------- disks
+
+def _unique_disks(snap: Snapshot) -> Iterator[dict[str, Any]]:
+    """Each filesystem once: ~ and the repo on one device are one disk."""
+    seen: set[Any] = set()
+    for d in snap.get("disks") or []:
+        if not isinstance(d, dict) or d.get("error"):
+            continue
+        key = d.get("device") if d.get("device") is not None else d.get("real_path")
+        if key in seen:
+            continue
+        seen.add(key)
+        yield d
+
+
+def _disk_for(path: str, snap: Snapshot) -> dict[str, Any] | None:
+    best: dict[str, Any] | None = None
+    for d in snap.get("disks") or []:
+        if not isinstance(d, dict) or d.get("error"):
+            continue
+        root = str(d.get("real_path") or d.get("path") or "")
+        if not root:
+            continue
+        inside = path == root or path.startswith(root.rstrip("/") + "/")
+        if inside and (best is None or len(root) > len(str(best.get("real_path") or ""))):
+            best = d
+    return best
+
+
+def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
+    out: list[Finding] = []
+    cap = profile.inode_cap if profile is not None and isinstance(profile.inode_cap, int) \
+        and not isinstance(profile.inode_cap, bool) else None
+    for d in _unique_disks(snap):
+        where = d.get("real_path") or d.get("path")
+        ti, fi = _num(d.get("total_inodes")), _num(d.get("free_inodes"))
+        tb, fb = _num(d.get("total_bytes")), _num(d.get("free_bytes"))
+        bytes_pct = 100.0 * (1 - fb / tb) if tb and fb is not None else None
+        if ti and fi is not None:
+            used = ti - fi
+            limit = min(ti, float(cap)) if cap else ti
+            pct = 100.0 * used / limit
+            if pct >= INODE_WARN_PCT:
+                out.append(_finding(
+                    "U7", "critical" if pct >= INODE_CRIT_PCT else "warn", host,
+                    f"{where}: inodes {pct:.0f} % used",
+                    f"{used:.0f} of {limit:.0f} inodes"
+                    + (f" (profile cap {cap})" if cap else "")
+                    + (f"; bytes only {bytes_pct:.0f} % used" if bytes_pct is not None else "")))
+        if bytes_pct is not None and bytes_pct >= BYTES_CRIT_PCT:
+            assert fb is not None
+            out.append(_finding(
+                "U6", "critical", host, f"{where}: disk {bytes_pct:.0f} % full",
+                f"{_fmt_bytes(fb)} free of {_fmt_bytes(tb or 0)}: the next torch.save fails"))
+    seen_u6 = {f.title.split(":")[0] for f in out if f.id == "U6"}
+    for key, job in _jobs(snap).items():
+        c = _ckpt(job)
+        if c is None or not c.get("path"):
+            continue
+        path = str(c["path"])
+        holder = _disk_for(path, snap)
+        if holder is None:
+            continue
+        where = str(holder.get("real_path") or holder.get("path"))
+        if where in seen_u6:
+            continue  # the disk-full finding already says it
+        tb, fb = _num(holder.get("total_bytes")), _num(holder.get("free_bytes"))
+        size = _num(c.get("size"))
+        if tb is None or fb is None or not tb:
+            continue
+        pct = 100.0 * (1 - fb / tb)
+        if path.endswith(TMP_SUFFIXES) and pct >= BYTES_LOW_PCT:
+            out.append(_finding(
+                "U6", "warn", host, f"job {key}: a checkpoint temp file on a {pct:.0f} % disk",
+                f"{path} on {where}, {_fmt_bytes(fb)} free"))
+        elif size is not None and size > fb and job.get("state") in ACTIVE_STATES:
+            out.append(_finding(
+                "U6", "critical", host, f"job {key}: the next checkpoint will not fit",
+                f"newest checkpoint {_fmt_bytes(size)}, {_fmt_bytes(fb)} free on {where}"))
+    return out
+
+
+# ------------------------------------------------------------------------------- entry points
+
+def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
+             profile: Profile | None, now: float, *, host: str, error: str | None = None,
+             last_ok: float | None = None) -> list[Finding]:
+    """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
+    ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll.
+
+    When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
+    """
+    if link is not LinkState.UP or snap is None:
+        age = now - last_ok if last_ok is not None else None
+        return link_findings(host, link if link is not LinkState.UP else LinkState.DOWN,
+                             error, age)
+    out = vanished_findings(host, prev, snap)
+    out += gpu_findings(host, prev, snap)
+    out += job_findings(host, prev, snap)
+    out += disk_findings(host, snap, profile)
+    return sort_findings(out)
+
+
+def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot | None],
+                   profiles: Mapping[str, Profile | None], now: float) -> list[Finding]:
+    """Every host's findings, worst first. ``previous`` maps a host to its prior snapshot."""
+    out: list[Finding] = []
+    for s in states:
+        out += diagnose(previous.get(s.name), s.snapshot, s.state, profiles.get(s.name), now,
+                        host=s.name, error=s.error, last_ok=s.last_ok)
+    return sort_findings(out)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.host, f.id))
+
+
+def worst(findings: Iterable[Finding]) -> Severity | None:
+    found: Severity | None = None
+    for f in findings:
+        if found is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[found]:
+            found = f.severity
+    return found
+
+
+__all__ = [
+    "FIX", "Finding", "Severity", "diagnose", "diagnose_fleet", "disk_findings",
+    "gpu_findings", "job_findings", "link_findings", "sort_findings", "vanished_findings",
+    "worst",
+]

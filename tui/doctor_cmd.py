@@ -1,0 +1,129 @@
+"""`gpuroom doctor [HOST] [--json]`: poll once, say what is wrong and what the clocks say.
+
+Exit codes: 0 nothing critical, 4 something critical, 3 a host did not answer (a failed poll is
+reported as such, never as a dead run: GEN8), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuroom.profiles import Profile, ProfileError, load_profile
+
+from . import config as cfg
+from .clock import ClockItem, banner_lines, host_clocks
+from .doctor import Finding, diagnose
+from .fleet import Fleet
+from .model import HostState, LinkState
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_CRITICAL = 4
+
+
+def _profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
+    if name not in cache:
+        try:
+            cache[name] = load_profile(name)
+        except ProfileError:
+            cache[name] = None  # "local" and unknown names: the doctor runs without facts
+    return cache[name]
+
+
+async def _poll(config: cfg.Config, only: str | None) -> list[HostState]:
+    fleet = Fleet(config)
+    try:
+        if only is None:
+            return await fleet.poll_all()
+        return [await fleet.poll_host(only)]
+    finally:
+        await fleet.close()
+
+
+def examine(states: list[HostState], now: float) -> tuple[list[Finding], list[ClockItem]]:
+    """One poll's findings and clocks (no previous snapshot: transitions need the room)."""
+    cache: dict[str, Profile | None] = {}
+    findings: list[Finding] = []
+    clocks: list[ClockItem] = []
+    for s in states:
+        profile = _profile(s.profile, cache)
+        findings += diagnose(None, s.snapshot, s.state, profile, now,
+                             host=s.name, error=s.error, last_ok=s.last_ok)
+        if s.state is LinkState.UP:
+            clocks += host_clocks(s.name, s.snapshot, profile, now,
+                                  price_per_hour=s.price_per_hour)
+    return findings, clocks
+
+
+def exit_code(states: list[HostState], findings: list[Finding]) -> int:
+    if any(s.state is not LinkState.UP for s in states):
+        return EXIT_UNREACHABLE
+    if any(f.severity == "critical" for f in findings):
+        return EXIT_CRITICAL
+    return EXIT_OK
+
+
+def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    for line in banner_lines(findings, clocks):
+        console.print(Text(line, style="bold red" if line.startswith("CRITICAL") else "yellow"))
+    table = Table(title="gpuroom doctor")
+    for col in ("sev", "host", "id", "finding", "seen", "fix"):
+        table.add_column(col)
+    for f in findings:
+        # Remote text (kernel lines, error messages) must not be read as rich markup.
+        table.add_row(f.severity, Text(f.host), f.id, Text(f.title), Text(f.seen), Text(f.fix))
+    if not findings:
+        table.add_row("ok", "-", "-", "nothing wrong seen", "-", "-")
+    console.print(table)
+    if clocks:
+        ctable = Table(title="danger clocks")
+        for col in ("sev", "host", "clock", "text"):
+            ctable.add_column(col)
+        for c in clocks:
+            ctable.add_row(c.severity, Text(c.host), c.kind, Text(c.text))
+        console.print(ctable)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import time
+
+    config = cfg.load(Path(args.config) if getattr(args, "config", None) else None)
+    names = [h.name for h in config.effective_hosts()]
+    if args.host is not None and args.host not in names:
+        print(f"gpuroom: no host {args.host!r} in {config.path} (have: {', '.join(names)})",
+              file=sys.stderr)
+        return EXIT_USAGE
+    states = asyncio.run(_poll(config, args.host))
+    findings, clocks = examine(states, time.time())
+    if args.json:
+        doc: dict[str, Any] = {
+            "hosts": [{"name": s.name, "state": s.state.value, "error": s.error}
+                      for s in states],
+            "findings": [f.to_dict() for f in findings],
+            "clocks": [c.to_dict() for c in clocks],
+            "banner": banner_lines(findings, clocks),
+        }
+        json.dump(doc, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print(findings, clocks)
+    return exit_code(states, findings)
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register `doctor` on gpuroom's subparsers (the top-level parser owns --config)."""
+    p = subparsers.add_parser("doctor", help="poll once and list what is wrong (gotcha ids)")
+    p.add_argument("host", nargs="?", default=None, help="only this host")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_doctor)
