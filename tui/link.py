@@ -513,3 +513,172 @@ class HostLink:
         if self.ssh_config is not None:
             argv += ["-F", str(self.ssh_config)]
         return [*argv, "--", self.host.ssh]
+
+
+# ============================================================================================
+# Pull mechanics (issue 8). transfer.py moves files through these methods and never sees
+# asyncssh. Reads are pipelined: many SFTP read requests in flight at once, written to the
+# local file strictly in order, so an interruption leaves a .part that is a correct prefix and
+# a resume appends only the missing bytes (U12).
+
+PULL_BLOCK_BYTES = 256 << 10  # one SFTP read request
+PULL_MAX_REQUESTS = 64  # in flight at once: 16 MiB window, enough to fill a long fat pipe
+PULL_READ_TIMEOUT_S = 60.0  # one block not answered in a minute: the link is gone
+
+ProgressFn = Any  # Callable[[int], None]: bytes of this file written so far (this call)
+
+
+class _RangeSource(Protocol):
+    async def read_at(self, offset: int, length: int) -> bytes: ...
+
+    async def size(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+class _LocalSource:
+    def __init__(self, path: str) -> None:
+        # Like SFTP, a relative path is relative to the user's home.
+        self._f = open(Path.home() / os.path.expanduser(path), "rb")
+
+    async def size(self) -> int:
+        return os.fstat(self._f.fileno()).st_size
+
+    async def read_at(self, offset: int, length: int) -> bytes:
+        return await asyncio.to_thread(os.pread, self._f.fileno(), length, offset)
+
+    async def close(self) -> None:
+        self._f.close()
+
+
+class _SftpSource:
+    def __init__(self, sftp: Any, f: Any) -> None:
+        self._sftp = sftp
+        self._f = f
+
+    async def read_at(self, offset: int, length: int) -> bytes:
+        data = await asyncio.wait_for(self._f.read(length, offset), PULL_READ_TIMEOUT_S)
+        return bytes(data)
+
+    async def size(self) -> int:
+        return int((await self._f.stat()).size or 0)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):  # the channel may already be torn down
+            await self._f.close()
+        with contextlib.suppress(Exception):
+            self._sftp.exit()
+
+
+async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
+    transport = await asyncio.wait_for(link._connect(), link._poll_deadline())
+    if isinstance(transport, SshTransport):
+        sftp = await transport._conn.start_sftp_client()
+        try:
+            f = await sftp.open(remote_path, "rb")
+        except BaseException:
+            sftp.exit()
+            raise
+        return _SftpSource(sftp, f)
+    return _LocalSource(remote_path)
+
+
+async def _pipelined_copy(source: _RangeSource, out: Any, offset: int, end: int,
+                          on_progress: ProgressFn | None) -> int:
+    """Copy [offset, end) into ``out`` (positioned at offset) with requests in flight."""
+    pending: list[asyncio.Task[bytes]] = []
+    next_off = offset
+    written = 0
+    try:
+        while next_off < end or pending:
+            while next_off < end and len(pending) < PULL_MAX_REQUESTS:
+                n = min(PULL_BLOCK_BYTES, end - next_off)
+                pending.append(asyncio.ensure_future(source.read_at(next_off, n)))
+                next_off += n
+            data = await pending.pop(0)
+            if not data:
+                raise EOFError(f"file ended {end - offset - written} bytes early")
+            expected = min(PULL_BLOCK_BYTES, end - offset - written)
+            out.write(data)
+            written += len(data)
+            if len(data) < expected:
+                # A short read (the file shrank on the box): later blocks would leave a hole.
+                raise EOFError(f"short read at {offset + written}")
+            if on_progress is not None:
+                on_progress(written)
+        return written
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        out.flush()
+
+
+class PullIO:
+    """Byte transfer from one host's box for the pull; see ``HostLink`` for the connection.
+
+    A small object rather than methods on HostLink so the link's class body stays the
+    integrator's; it uses the link's connection (and drops it on transport errors, like
+    ``helper``).
+    """
+
+    def __init__(self, link: HostLink) -> None:
+        self.link = link
+
+    async def _fail(self, what: str, exc: BaseException) -> LinkError:
+        # A missing file or an SFTP status is about the file; anything else is the link.
+        if not isinstance(exc, (FileNotFoundError, EOFError, asyncssh.SFTPError)):
+            await self.link._drop()
+        return LinkError(self.link.name, f"{what} failed: {_describe(exc)}")
+
+    async def read_range(self, remote_path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of a file on the box from ``offset`` (fewer at its end)."""
+        buf = _Buf()
+        try:
+            source = await _open_source(self.link, remote_path)
+            try:
+                await _pipelined_copy(source, buf, offset, offset + length, None)
+            except EOFError:
+                pass  # read_range answers what is there, like read(2)
+            finally:
+                await source.close()
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise await self._fail(f"read {remote_path}", exc) from exc
+        return bytes(buf.data)
+
+    async def fetch_file(self, remote_path: str, local_path: str | Path, *, offset: int = 0,
+                         size: int | None = None,
+                         on_progress: ProgressFn | None = None) -> int:
+        """Write the box file's bytes from ``offset`` (up to ``size``) into ``local_path``.
+
+        Returns the bytes transferred by this call. ``local_path`` is cut to ``offset`` first,
+        so bytes past the resume point never survive. On failure the local file keeps every
+        byte written so far (an in-order prefix) and LinkError is raised.
+        """
+        local = Path(local_path)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            source = await _open_source(self.link, remote_path)
+            try:
+                if size is None:
+                    size = await source.size()
+                with open(local, "ab") as out:
+                    out.truncate(offset)
+                    out.seek(offset)
+                    return await _pipelined_copy(source, out, offset, size, on_progress)
+            finally:
+                await source.close()
+        except (OSError, EOFError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise await self._fail(f"fetch {remote_path}", exc) from exc
+
+
+class _Buf:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, b: bytes) -> None:
+        self.data += b
+
+    def flush(self) -> None:
+        pass

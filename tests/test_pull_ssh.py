@@ -1,0 +1,228 @@
+"""Pull over a real OpenSSH sshd: resumable, hash-verified, load-tested, path-safe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuroom.tui.config import HostConfig
+from gpuroom.tui.link import HostLink, LinkError
+from gpuroom.tui.transfer import Progress, load_records, pull, safe_local_path
+
+pytestmark = pytest.mark.sshd
+
+OLD_NS = 1_600_000_000 * 10**9
+WEIRD = "run 'α' \"β\" ünï.bin"
+
+
+def own(box: Any, root: Path) -> None:
+    """Files made by root in the box's home must belong to the box's user."""
+    uid, gid = box.identity.user.uid, box.identity.user.gid
+    for dirpath, dirs, names in os.walk(root):
+        for n in [dirpath, *(os.path.join(dirpath, x) for x in dirs + names)]:
+            os.lchown(n, uid, gid)
+    os.lchown(root, uid, gid)
+
+
+def box_dir(box: Any, name: str) -> Path:
+    d = box.home / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir()
+    return d
+
+
+def link_for(box: Any) -> HostLink:
+    return HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config)
+
+
+async def test_pull_torch_checkpoint_dir(sshd_box: Any, tmp_path: Path) -> None:
+    import torch
+
+    src = box_dir(sshd_box, "ckpt_multi")
+    torch.save({"w": torch.arange(1000, dtype=torch.float32)}, src / "model.pt")
+    torch.save({"step": 3, "m": torch.ones(7)}, src / "optim.pth")
+    (src / "sub").mkdir()
+    torch.save({"x": torch.zeros(3, 3)}, src / "sub" / "last.ckpt")
+    (src / "sub" / WEIRD).write_bytes(os.urandom(5000))
+    own(sshd_box, src)
+    state = tmp_path / "pulls.json"
+    seen: list[Progress] = []
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", job="7", state_path=state,
+                            on_progress=seen.append)
+    finally:
+        await link.close()
+    assert result.ok, [(f.path, f.detail) for f in result.files]
+    by_path = {f.path: f for f in result.files}
+    assert {p: f.verified_by for p, f in by_path.items()} == {
+        "model.pt": "load", "optim.pth": "load", "sub/last.ckpt": "load",
+        f"sub/{WEIRD}": "hash"}
+    for rel in by_path:
+        assert (tmp_path / "out" / rel).read_bytes() == (src / rel).read_bytes()
+    assert not list((tmp_path / "out").rglob("*.part"))
+    assert seen[-1].done == seen[-1].total == sum(f.size for f in result.files)
+    [record] = load_records(state)
+    assert record["host"] == "box" and record["job"] == "7" and record["verified_by"] == "load"
+    assert {f["path"] for f in record["files"]} == set(by_path)
+
+
+async def test_interrupted_pull_resends_only_missing_bytes(sshd_box: Any, tmp_path: Path) -> None:
+    src = box_dir(sshd_box, "ckpt_big")
+    size = 48 << 20
+    (src / "big.bin").write_bytes(os.urandom(size))
+    own(sshd_box, src)
+    out = tmp_path / "out"
+    part = out / "big.bin.part"
+
+    # 1. The pull's task is cancelled mid-file (the user pressed cancel, the app quit).
+    def cancel_at_third(p: Progress) -> None:
+        if p.done > size // 3:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+
+    link = link_for(sshd_box)
+    with pytest.raises(asyncio.CancelledError):
+        await pull(link, str(src), out, on_progress=cancel_at_third, state_path=tmp_path / "s")
+    await link.close()
+    first_part = part.stat().st_size
+    assert 0 < first_part < size
+
+    # 2. The box's sshd dies with every session mid-file (a crashed or rebooting box).
+    def kill_box(p: Progress) -> None:
+        if p.done > first_part + size // 3 and sshd_box.alive:
+            sshd_box.kill_all()
+
+    link = link_for(sshd_box)
+    with pytest.raises(LinkError):
+        await pull(link, str(src), out, on_progress=kill_box, state_path=tmp_path / "s")
+    await link.close()
+    second_part = part.stat().st_size
+    assert first_part < second_part < size
+    sshd_box.start()
+
+    # 3. Resume: only the bytes missing from the .part cross the wire.
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), out, state_path=tmp_path / "s")
+    finally:
+        await link.close()
+    assert result.ok
+    assert result.bytes_transferred == size - second_part
+    assert (out / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+    assert not part.exists()
+
+
+async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(
+        sshd_box: Any, tmp_path: Path) -> None:
+    src = box_dir(sshd_box, "ckpt_flip")
+    data = os.urandom(100_000)
+    victim = src / "model.bin"
+    victim.write_bytes(data)
+    os.utime(victim, ns=(OLD_NS, OLD_NS))
+    own(sshd_box, src)
+    flipped = False
+
+    def flip(p: Progress) -> None:
+        # After the manifest, before the bytes: one byte rots in place, mtime unchanged, so
+        # the box's cached digest (and any re-check) still names the original content.
+        nonlocal flipped
+        if not flipped:
+            flipped = True
+            with open(victim, "r+b") as f:
+                f.seek(5000)
+                f.write(bytes([data[5000] ^ 0xFF]))
+            os.utime(victim, ns=(OLD_NS, OLD_NS))
+
+    state = tmp_path / "pulls.json"
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", on_progress=flip,
+                            state_path=state)
+    finally:
+        await link.close()
+    assert flipped and not result.ok
+    [fr] = result.files
+    assert fr.status == "failed" and "mismatch" in fr.detail
+    assert not (tmp_path / "out" / "model.bin").exists()
+    assert not (tmp_path / "out" / "model.bin.part").exists()
+    assert load_records(state) == []
+
+
+async def test_file_rewritten_during_pull_is_refetched_whole(
+        sshd_box: Any, tmp_path: Path) -> None:
+    src = box_dir(sshd_box, "ckpt_rewrite")
+    victim = src / "model.bin"
+    victim.write_bytes(b"a" * 300_000)
+    os.utime(victim, ns=(OLD_NS, OLD_NS))
+    own(sshd_box, src)
+    new = os.urandom(300_000)
+    done = False
+
+    def rewrite(p: Progress) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            victim.write_bytes(new)  # a new mtime: the box's manifest sees a new file
+
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", on_progress=rewrite,
+                            state_path=tmp_path / "s.json")
+    finally:
+        await link.close()
+    assert result.ok and "re-fetched" in result.files[0].detail
+    assert (tmp_path / "out" / "model.bin").read_bytes() == new
+
+
+async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path: Path) -> None:
+    import torch
+
+    src = box_dir(sshd_box, "ckpt_trunc")
+    torch.save({"w": torch.randn(4000)}, src / "model.pt")
+    with open(src / "model.pt", "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)  # a save cut off by a full disk or a killed job
+    own(sshd_box, src)
+    state = tmp_path / "pulls.json"
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", state_path=state)
+    finally:
+        await link.close()
+    [fr] = result.files
+    assert not result.ok and fr.status == "failed" and fr.verified_by == "hash"
+    assert "load test failed" in fr.detail
+    assert load_records(state) == []
+
+
+async def test_symlink_on_box_is_refused(sshd_box: Any, tmp_path: Path) -> None:
+    src = box_dir(sshd_box, "ckpt_link")
+    (src / "ok.bin").write_bytes(b"fine")
+    (src / "secrets").symlink_to("/etc/shadow")
+    own(sshd_box, src)
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", state_path=tmp_path / "s.json")
+    finally:
+        await link.close()
+    status = {f.path: f.status for f in result.files}
+    assert status == {"ok.bin": "verified", "secrets": "refused"} and not result.ok
+    assert not (tmp_path / "out" / "secrets").exists()
+    assert json.dumps([f.detail for f in result.files if f.status == "refused"]).count(
+        "symlink") == 1
+
+
+def test_paths_outside_local_dir_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "escape").symlink_to(tmp_path)  # a local symlinked subdir must not be a way out
+    for rel in ("../x", "a/../../x", "/etc/passwd", "", "a//b", "escape/x", "..", "."):
+        assert safe_local_path(out, rel) is None, rel
+    assert safe_local_path(out, "sub/ok.pt") == out.resolve() / "sub" / "ok.pt"
