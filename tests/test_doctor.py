@@ -1,0 +1,140 @@
+"""Each doctor rule fires on its evidence and stays quiet without it (positive + negative).
+
+Snapshots come from tests/data/doctor/build_recordings.py (the real probe plus fixture
+values cited there); ``now`` is injected.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "data" / "doctor"))
+import build_recordings as rec
+
+from gpuroom.tui.doctor import diagnose
+from gpuroom.tui.model import LinkState
+
+T = rec.T0
+
+
+def ids(prev: dict[str, Any] | None, snap: dict[str, Any]) -> set[str]:
+    return {f.id for f in diagnose(prev, snap, LinkState.UP, None, T + 10, host="h")}
+
+
+def _running(**kw: Any) -> dict[str, Any]:
+    return rec.snapshot(T, gpus=[rec.h100(0)], jobs=[rec.job(**kw)])
+
+
+def test_quiet_on_a_healthy_training_box() -> None:
+    assert ids(_running(), rec.snapshot(T + 5, gpus=[rec.h100(0)], jobs=[rec.job()])) == set()
+
+
+def test_u21_needs_two_underfed_samples() -> None:
+    under = rec.snapshot(T, gpus=[rec.morpheus_underfed()])
+    assert ids(under, under) == {"U21"}
+    assert ids(rec.snapshot(T, gpus=[rec.h100(0)]), under) == set()
+
+
+def test_u23_reasons_and_hot_slow_clock() -> None:
+    assert ids(None, rec.snapshot(T, gpus=[rec.a10_throttled()])) == {"U23"}
+    hot = rec.h100(0, temp=86.0)
+    hot["clock_sm_mhz"] = 1200
+    assert ids(None, rec.snapshot(T, gpus=[hot])) == {"U23"}
+    warm = rec.h100(0, temp=86.0)  # hot but at full clock: not throttling
+    assert ids(None, rec.snapshot(T, gpus=[warm])) == set()
+
+
+def test_u38_zero_util_while_log_grows() -> None:
+    zero = rec.h100(0, util=0.0)
+    prev = rec.snapshot(T, gpus=[zero], jobs=[rec.job(log_size=4096)])
+    assert ids(prev, rec.snapshot(T + 5, gpus=[zero], jobs=[rec.job(log_size=8192)])) == {"U38"}
+    assert ids(prev, rec.snapshot(T + 5, gpus=[zero], jobs=[rec.job(log_size=4096)])) == set()
+
+
+def test_u43_silent_log_with_advancing_checkpoint() -> None:
+    c1 = {"path": "/root/ckpt/step_1.pt", "size": 1 << 20, "mtime": T - 600}
+    c2 = dict(c1, mtime=T + 100)
+    prev = rec.snapshot(T, gpus=[rec.h100(0)], jobs=[rec.job(ckpt=c1)])
+    assert ids(prev, rec.snapshot(T + 300, gpus=[rec.h100(0)], jobs=[rec.job(ckpt=c2)])) \
+        == {"U43"}
+    # A 5 s window is just between prints.
+    assert ids(prev, rec.snapshot(T + 5, gpus=[rec.h100(0)], jobs=[rec.job(ckpt=c2)])) == set()
+
+
+def test_u7_inodes_even_with_bytes_fine() -> None:
+    assert ids(None, rec.snapshot(T, disks=[rec.inode_full_disk()])) == {"U7"}
+    assert ids(None, rec.snapshot(T)) == set()  # the VM's real disks: 3 % inodes used
+
+
+def test_u6_full_disk_tmp_file_and_projected_checkpoint() -> None:
+    d = rec.inode_full_disk() | {"free_inodes": 20_000_000}
+    full = d | {"free_bytes": d["total_bytes"] // 50}
+    assert ids(None, rec.snapshot(T, disks=[full])) == {"U6"}
+    low = d | {"free_bytes": d["total_bytes"] // 12}
+    tmp = {"path": "/data/ckpt/latest.pth.tmp", "size": 1 << 30, "mtime": T}
+    assert ids(None, rec.snapshot(T, disks=[low], jobs=[rec.job(ckpt=tmp)])) == {"U6"}
+    big = {"path": "/data/ckpt/latest.pth", "size": 60 << 30, "mtime": T}
+    assert ids(None, rec.snapshot(T, disks=[low], jobs=[rec.job(ckpt=big)])) == {"U6"}
+    small = dict(big, size=1 << 30)
+    assert ids(None, rec.snapshot(T, disks=[d], jobs=[rec.job(ckpt=small)])) == set()
+
+
+def test_u11_and_gen7() -> None:
+    holder = {"pid": 4242, "comm": "python", "cmdline": "python train.py", "state": "Z",
+              "devices": ["/dev/nvidia0"]}
+    assert ids(None, rec.snapshot(T, gpus=[rec.h100(0)], holders=[holder])) == {"U11"}
+    shared = rec.h100(0)
+    shared["processes"] = [{"pid": 1, "type": "C"}, {"pid": 2, "type": "C"}]
+    assert ids(None, rec.snapshot(T, gpus=[shared])) == {"GEN7"}
+    single = rec.h100(0)
+    single["processes"] = [{"pid": 1, "type": "C"}]
+    assert ids(None, rec.snapshot(T, gpus=[single])) == set()
+
+
+def test_u40_threads_over_the_slice() -> None:
+    # fixtures/cgroup/cpu.max-1-cpu.txt: 100000/100000 = 1 vCPU, on the VM's 2 cores.
+    assert ids(None, rec.snapshot(T, jobs=[rec.job()], vcpus=1.0)) == {"U40"}
+    capped = rec.job(env={"OMP_NUM_THREADS": "1"})
+    assert ids(None, rec.snapshot(T, jobs=[capped], vcpus=1.0)) == set()
+
+
+def test_u10_only_when_the_job_records_its_ask() -> None:
+    busy = rec.h100(0, used_mib=70000.0)
+    asks = rec.job(state="queued", vram_mib=40000)
+    assert ids(None, rec.snapshot(T, gpus=[busy], jobs=[asks])) == {"U10"}
+    assert ids(None, rec.snapshot(T, gpus=[busy], jobs=[rec.job(state="queued")])) == set()
+
+
+@pytest.mark.parametrize(("attempt", "expected", "severity"), [
+    ({"signal": 15, "end_reason": "exited"}, "ended by signal 15", "warn"),
+    ({"signal": 15, "end_reason": "killed"}, "was killed on request", "info"),
+    ({"exit_code": 1, "end_reason": "exited"}, "exited with code 1", "warn"),
+])
+def test_u3_bottom_of_the_ladder(attempt: dict[str, Any], expected: str, severity: str) -> None:
+    prev = _running()
+    j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5, **attempt)
+    out = diagnose(prev, rec.snapshot(T + 5, gpus=[rec.h100_idle()], jobs=[j]),
+                   LinkState.UP, None, T + 5, host="h")
+    assert [(f.id, f.severity) for f in out] == [("U3", severity)]
+    assert expected in out[0].title
+
+
+def test_kernel_oom_line_naming_the_pid_and_not_another() -> None:
+    prev = _running()
+    j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5, signal=9)
+    mine = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(184256)])
+    assert ids(prev, mine) == {"U9"}
+    other = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(999)])
+    assert ids(prev, other) == {"U3"}
+
+
+def test_succeeded_job_is_not_a_death() -> None:
+    prev = _running()
+    j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "succeeded", T + 5,
+                  exit_code=0)
+    assert ids(prev, rec.snapshot(T + 5, jobs=[copy.deepcopy(j)])) == set()
