@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.profiles.cli import add_cli as add_profiles_cli
 
     add_profiles_cli(sub)
+    from .doctor_cmd import add_cli as add_doctor_cli
+
+    add_doctor_cli(sub)
     return parser
 
 
