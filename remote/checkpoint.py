@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 try:
     import fcntl
-except ImportError:  # not Unix: stale temps are then recognised by their writer's pid alone
+except ImportError:  # not Unix: stale temps are then recognised by their writer's pid
     fcntl = None  # type: ignore[assignment]
 
 FORMAT = "gpuroom.checkpoint/1"
@@ -420,48 +420,39 @@ class Checkpointer:
         return self.directory / f"ckpt-{step:012d}.pt"
 
     def _remove_stale_temps(self) -> List[str]:
-        """Delete temp files a killed save left behind; a live writer's temp is locked."""
-        removed = []
-        for entry in os.listdir(str(self.directory)):
-            match = _TMP_RE.match(entry)
-            if not match:
-                continue
-            path = self.directory / entry
-            if self._temp_in_use(path, int(match.group(1))):
-                continue
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                continue
-            removed.append(str(path))
+        """Delete temp files a killed save left behind, unless a writer is active right now.
+
+        Writers hold a shared flock on the directory while a temp exists; the kernel drops it
+        when the writer dies, even by SIGKILL. Holding the exclusive lock here therefore
+        means every temp present belongs to a dead writer, without trusting pids (a
+        restarted container reuses them).
+        """
+        temps = [e for e in os.listdir(str(self.directory)) if _TMP_RE.match(e)]
+        if not temps:
+            return []
+        dir_fd = os.open(str(self.directory), os.O_RDONLY)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    _warn(f"a save is in progress in {self.directory}; left its temp files")
+                    return []
+            removed = []
+            for entry in temps:
+                match = _TMP_RE.match(entry)
+                if fcntl is None and match and _pid_alive(int(match.group(1))):
+                    continue
+                try:
+                    (self.directory / entry).unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append(str(self.directory / entry))
+        finally:
+            os.close(dir_fd)
         if removed:
             _warn(f"removed {len(removed)} temp file(s) of an interrupted save in {self.directory}")
         return removed
-
-    @staticmethod
-    def _temp_in_use(path: Path, pid: int) -> bool:
-        if fcntl is not None:
-            # The writer holds an exclusive flock for the whole write; the kernel drops it when
-            # the writer dies, even by SIGKILL, so the lock answers "is anyone writing this?"
-            # without trusting pids (a restarted container reuses them).
-            try:
-                fd = os.open(str(path), os.O_RDONLY)
-            except FileNotFoundError:
-                return True
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return True
-            finally:
-                os.close(fd)
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return pid != os.getpid()
 
     # -- cadence and signals -----------------------------------------------------------------
 
@@ -536,6 +527,8 @@ class Checkpointer:
     ) -> Optional[Path]:
         """Write the full training state for ``step``; returns the committed path when blocking.
 
+        Either way older checkpoints are pruned in a background thread after the new one is
+        committed and read back; ``wait()`` (or the next save) joins it.
         block=False copies the state into CPU memory, returns, and writes in a background
         thread; a save still in flight is waited for first, so at most one is ever in flight.
         """
@@ -558,26 +551,42 @@ class Checkpointer:
         }
         self._last_save_mono = time.monotonic()
         if block:
-            return self._commit(payload, int(step))
+            final = self._commit(payload, int(step))
+            # Pruning runs behind the caller: on a filesystem mounted with `discard`, each
+            # unlink of a 1 GiB checkpoint is a synchronous TRIM of about a second.
+            self._start_background(self._background_prune, (int(step),), f"prune-{step}")
+            return final
         staged = _stage_to_cpu(payload, (), self._staging, {})
+        self._start_background(self._background_commit, (staged, int(step)), f"save-{step}")
+        return None
+
+    def _start_background(self, target: Callable[..., None], args: Tuple[Any, ...],
+                          name: str) -> None:
         thread = threading.Thread(
-            target=self._background_commit, args=(staged, int(step)),
-            name=f"gpuroom-checkpoint-{step}",
+            target=target, args=args, name=f"gpuroom-checkpoint-{name}",
             # Not a daemon: an interpreter that exits without wait() still finishes the write.
             daemon=False,
         )
         with self._lock:
             self._thread = thread
         thread.start()
-        return None
 
     def _background_commit(self, payload: Dict[str, Any], step: int) -> None:
         try:
             self._commit(payload, step)
+            self._prune()
         except BaseException as exc:  # handed to the training thread by wait()
             with self._lock:
                 self._bg_error = exc
             _warn(f"background save of step {step} failed: {exc}")
+
+    def _background_prune(self, step: int) -> None:
+        try:
+            self._prune()
+        except BaseException as exc:
+            with self._lock:
+                self._bg_error = exc
+            _warn(f"pruning after step {step} failed: {exc}")
 
     def wait(self) -> None:
         """Block until an in-flight save is committed; raise its error if it failed."""
@@ -613,17 +622,23 @@ class Checkpointer:
         free = _free_bytes(self.directory)
         if free is not None and needed > free:
             raise self._disk_full(step, needed, free, None)
-        # 0o666 through os.open: the umask applies (0644 typical), unlike mkstemp's 0600 that
-        # would leave the checkpoint unreadable to the user's other tools.
-        fd = os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                     0o666)
+        # Writers hold a shared flock on the directory; Checkpointer() removes temps only
+        # under the exclusive one, so a live writer's temp is never taken for a stale one.
+        dir_fd = os.open(str(self.directory), os.O_RDONLY)
         try:
             if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(dir_fd, fcntl.LOCK_SH)
             try:
-                # A path, not a file object: the same C++ writer a plain torch.save uses.
+                # A path, not a file object: the same C++ writer a plain torch.save uses. It
+                # creates the file with 0666 & ~umask (0644 typical), not mkstemp's 0600. The
+                # temp is not created beforehand: ext4 flushes a file truncated by open(O_TRUNC)
+                # at close (auto_da_alloc), which made the save measurably slower.
                 torch.save(payload, str(tmp))
-                os.fsync(fd)  # fsync is per inode: this fd flushes what torch.save wrote
+                fd = os.open(str(tmp), os.O_RDONLY)
+                try:
+                    os.fsync(fd)  # fsync is per inode: flushes what torch.save wrote
+                finally:
+                    os.close(fd)
             except BaseException as exc:
                 _release_frames(exc)
                 written = _size_or_zero(tmp)
@@ -637,13 +652,14 @@ class Checkpointer:
                     f"checkpoint step {step} not saved to {self.directory}: "
                     f"{type(exc).__name__}: {exc}. The previous checkpoint is untouched."
                 ) from exc
-            os.replace(str(tmp), str(final))
-        except BaseException:
-            _unlink_quietly(tmp)
-            raise
+            try:
+                os.replace(str(tmp), str(final))
+            except BaseException:
+                _unlink_quietly(tmp)
+                raise
+            os.fsync(dir_fd)  # makes the rename durable
         finally:
-            os.close(fd)
-        _fsync_dir(self.directory)
+            os.close(dir_fd)  # also drops the shared lock
         self._after_commit(final, step, payload.get("metric"))
         return final
 
@@ -665,7 +681,8 @@ class Checkpointer:
         )
 
     def _after_commit(self, final: Path, step: int, metric: Optional[float]) -> None:
-        # Principle 3: read the new file back before anything older is released.
+        # Principle 3: read the new file back before anything older is released; pruning
+        # starts only once this returned.
         try:
             head = _torch_load(final, "cpu", self.weights_only, mmap=True)
             if not isinstance(head, dict) or head.get("step") != step:
@@ -684,7 +701,6 @@ class Checkpointer:
                 f"kept and nothing was pruned"
             ) from exc
         self._remember_metric(final, metric)
-        self._prune()
 
     # -- keep policy -------------------------------------------------------------------------
 
@@ -847,6 +863,16 @@ def install_signal_handlers(
 ) -> Dict[int, Any]:
     """Module-level spelling of ``Checkpointer.install_signal_handlers``."""
     return ckpt.install_signal_handlers(signals)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _torch_version() -> str:

@@ -128,6 +128,7 @@ def test_keep_last_k(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path, keep=2)
     for step in range(1, 6):
         ck.save(step, model=_weights_filled(step, 4))
+    ck.wait()  # pruning runs behind save()
     assert [s for s, _ in ck.checkpoints()] == [4, 5]
 
 
@@ -137,6 +138,7 @@ def test_keep_best_by_metric(tmp_path: Path, mode: str, best_step: int) -> None:
     ck = Checkpointer(tmp_path, keep=2, best_mode=mode)
     for step, metric in metrics.items():
         ck.save(step, model=_weights_filled(step, 4), metric=metric)
+    ck.wait()
     assert [s for s, _ in ck.checkpoints()] == sorted({best_step, 4, 5})
     # A fresh Checkpointer finds the best from the files alone (the listing is the truth).
     assert Checkpointer(tmp_path, best_mode=mode).best() == ck.path_for(best_step)
@@ -158,6 +160,7 @@ def test_nothing_pruned_when_the_new_file_does_not_load_back(
     monkeypatch.setattr(ckmod, "_torch_load", refuse_read_back)
     with pytest.raises(CheckpointError, match="does not load back"):
         ck.save(2, model=_weights_filled(2.0, 4))
+    ck.wait()
     # keep=1 would have deleted step 1; it is the only copy known to load, so it stays.
     assert ck.path_for(1).exists()
 
@@ -195,24 +198,30 @@ def test_all_checkpoints_unloadable_raises_instead_of_restarting(tmp_path: Path)
         Checkpointer(tmp_path).load_latest()
 
 
-def test_stale_temp_removed_on_init_but_a_live_writers_is_kept(tmp_path: Path) -> None:
-    import fcntl
-
+def test_stale_temp_removed_on_init(tmp_path: Path) -> None:
     stale = tmp_path / ".ckpt-000000000007.pt.tmp.4242.deadbeef"
     stale.write_bytes(b"half a checkpoint")
-    live = tmp_path / ".ckpt-000000000008.pt.tmp.4243.cafef00d"
-    live.write_bytes(b"being written")
     unrelated = tmp_path / "notes.txt"
     unrelated.write_text("keep me")
-    fd = os.open(str(live), os.O_RDONLY)
+    ck = Checkpointer(tmp_path)
+    assert not stale.exists()
+    assert ck.removed_temps == [str(stale)]
+    assert unrelated.exists()
+
+
+def test_temps_of_a_live_writer_are_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    live = tmp_path / ".ckpt-000000000008.pt.tmp.4243.cafef00d"
+    live.write_bytes(b"being written")
+    fd = os.open(str(tmp_path), os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # what a writer in another process holds
+        fcntl.flock(fd, fcntl.LOCK_SH)  # what a writer in another process holds
         ck = Checkpointer(tmp_path)
     finally:
         os.close(fd)
-    assert not stale.exists()
-    assert ck.removed_temps == [str(stale)]
-    assert live.exists() and unrelated.exists()
+    assert ck.removed_temps == [] and live.exists()
+    assert Checkpointer(tmp_path).removed_temps == [str(live)]  # its writer is gone now
 
 
 def test_weights_only_refusal_is_an_error_not_a_skip(tmp_path: Path) -> None:
