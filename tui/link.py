@@ -606,6 +606,9 @@ async def _pipelined_copy(source: _RangeSource, out: Any, offset: int, end: int,
                 raise EOFError(f"short read at {offset + written}")
             if on_progress is not None:
                 on_progress(written)
+            # Blocks that already arrived never suspend the await above; yield here so a
+            # cancel lands between blocks instead of after the whole file.
+            await asyncio.sleep(0)
         return written
     finally:
         for task in pending:

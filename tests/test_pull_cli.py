@@ -1,0 +1,63 @@
+"""`gpuroom pull` / `gpuroom gate` end to end: a real queued job on the test sshd."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from gpuroom.tui.queue_cmd import add_cli as add_queue_cli
+from gpuroom.tui.transfer_cmd import EXIT_NOT_SAFE, add_cli
+
+pytestmark = pytest.mark.sshd
+
+JOB = "import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'w.bin'),'wb').write(b'x'*9999)"
+
+
+def run(*argv: str) -> int:
+    # tui/cli.py wires add_cli in the integrator's change; build the same parser here.
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    sub = parser.add_subparsers(dest="command")
+    add_cli(sub)
+    add_queue_cli(sub)
+    args = parser.parse_args(list(argv))
+    return int(args.func(args))
+
+
+def test_gate_closed_until_pulled_then_safe(sshd_box: Any, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
+                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    try:
+        assert run("--config", str(config), "queue", "add", "box", "--", "python3", "-c",
+                   JOB) == 0
+        deadline = time.monotonic() + 60
+        while True:
+            capsys.readouterr()
+            assert run("--config", str(config), "queue", "ls", "box", "--json") == 0
+            jobs = json.loads(capsys.readouterr().out)["jobs"]
+            if jobs and jobs[0]["state"] == "succeeded":
+                break
+            assert time.monotonic() < deadline, jobs
+            time.sleep(0.3)
+        jid = jobs[0]["id"]
+        assert run("--config", str(config), "gate", "box", "--json") == EXIT_NOT_SAFE
+        closed = json.loads(capsys.readouterr().out)
+        assert next(i["name"] for i in closed["items"] if not i["ok"]) == \
+            "every job's outputs pulled"
+        assert run("--config", str(config), "pull", "box", "--to", str(tmp_path / "p")) == 0
+        capsys.readouterr()
+        assert (tmp_path / "p" / "box" / jid / "w.bin").read_bytes() == b"x" * 9999
+        assert run("--config", str(config), "gate", "box", "--json") == 0
+        assert json.loads(capsys.readouterr().out)["safe"] is True
+    finally:
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
