@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from harness import generate_key, known_hosts_line, list_netns, netns
 from harness.netns import SUPERNET, JumpTopology
-from harness.sshd import ClientIdentity, SshdBox
+from harness.sshd import TEST_USER, ClientIdentity, SshdBox
 
 CRASH_NOTICED_S = 3.0  # a killed box closes the TCP connection: the client sees it at once
 KEEPALIVE_OPTIONS = {"ServerAliveInterval": "1", "ServerAliveCountMax": "2"}
@@ -69,7 +69,8 @@ SESSION_ARGV = ("sh", "-c", "echo up; exec sleep 15")  # outlives each test, not
 def test_box_logs_in_as_the_unprivileged_test_user(sshd_box: SshdBox) -> None:
     done = sshd_box.run("id", "-un")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == sshd_box.user == "gpuroomtest"
+    # GPUROOM_TEST_USER lets concurrent runs use separate users; never root.
+    assert done.stdout.strip() == sshd_box.user == TEST_USER != "root"
     assert sshd_box.host == "127.0.0.1"
     assert sshd_box.home.is_dir()
     assert "Server listening on 127.0.0.1 port" in sshd_box.log.read_text()

@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .doctor_cmd import add_cli as add_doctor_cli
 
     add_doctor_cli(sub)
+    from .transfer_cmd import add_cli as add_transfer_cli
+
+    add_transfer_cli(sub)
     return parser
 
 
