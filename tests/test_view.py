@@ -53,7 +53,8 @@ def up(snapshot: dict[str, Any] | None, name: str = "box") -> HostState:
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "-"), (-5, "0s"), (42, "42s"), (180, "3m"), (7500, "2h05m"), (3 * 86400 + 7200, "3d02h")],
+    [(None, "-"), (-5, "0s"), (42, "42s"), (180, "3m"), (7500, "2h05m"),
+     (3 * 86400 + 7200, "3d02h")],
 )
 def test_fmt_age(seconds: float | None, text: str) -> None:
     assert fmt_age(seconds) == text
