@@ -232,8 +232,11 @@ class GpuroomApp(App[None]):
         wanted = self._job_choice.get(host)
         ids = [j.id for j in queue.jobs]
         if wanted not in ids:
-            # Default to what the user most likely wants to read: the running job.
-            wanted = next((j.id for j in queue.jobs if j.state == "running"), None)
+            # Default to what the user most likely wants to read: the running job, else the
+            # job that failed.
+            wanted = next((j.id for j in queue.jobs if j.state == "running"), None) or next(
+                (j.id for j in queue.jobs if j.level == "crit"), None
+            )
         if wanted in ids:
             queue.move_cursor(row=ids.index(wanted), animate=False)
 

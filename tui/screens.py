@@ -58,7 +58,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > Vertical {
-        width: auto; max-width: 90%; height: auto; max-height: 90%;
+        width: 64; max-width: 100%; height: auto; max-height: 100%;
         border: round $accent; padding: 0 1; background: $surface;
     }
     """
@@ -73,7 +73,7 @@ class HelpScreen(ModalScreen[None]):
         for k in KEYS:
             table.add_row(key_label(k.key), k.description)
         with Vertical():
-            yield Static("[b]gpuroom keys[/b]  (esc closes)")
+            yield Static("[b]gpuroom keys[/b]  (esc closes; ctrl+p runs any of them by name)")
             yield Static(table)
 
     def action_dismiss_help(self) -> None:

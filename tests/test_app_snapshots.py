@@ -1,0 +1,77 @@
+"""Screens of the control room as SVG baselines (pytest-textual-snapshot).
+
+Data: tests/data/scenario-*.json (real probe of the dev VM + GPU values from
+/work/shared/fixtures captures; see tests/data/README.md). The clock is injected, TZ pinned,
+and no toast is on screen, so the same inputs always draw the same picture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from gpuroom.tui.app import GpuroomApp
+from gpuroom.tui.fleetapi import StaticFleet
+
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+DATA = Path(__file__).parent / "data"
+SnapCompare = Callable[..., bool]
+
+
+def scenario_app(name: str) -> tuple[GpuroomApp, Callable[[Pilot[Any]], Awaitable[None]]]:
+    data = json.loads((DATA / f"scenario-{name}.json").read_text())
+    fleet = StaticFleet.from_scenario(data)
+    now = float(data["now"])
+    app = GpuroomApp(fleet, clock=lambda: now)
+
+    async def before(pilot: Pilot[Any]) -> None:
+        # One poll handled at a time, so the sparklines hold the recorded series.
+        for _ in fleet.play_backlog():
+            await pilot.pause()
+        await pilot.pause()
+
+    return app, before
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("healthy", (80, 24)),
+        ("healthy", (200, 60)),
+        ("healthy", (120, 36)),
+        ("stale", (120, 36)),
+        ("throttle", (120, 36)),
+        ("inode", (120, 36)),
+        ("failed", (120, 36)),
+    ],
+    ids=["healthy-80x24", "healthy-200x60", "healthy-120x36", "stale", "throttle", "inode",
+         "failed"],
+)
+def test_scenario(snap_compare: SnapCompare, name: str, size: tuple[int, int]) -> None:
+    app, before = scenario_app(name)
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_help_screen(snap_compare: SnapCompare) -> None:
+    app, before = scenario_app("healthy")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=before,
+                        press=["question_mark"])
+
+
+def test_kill_confirm(snap_compare: SnapCompare) -> None:
+    app, before = scenario_app("healthy")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=before, press=["K"])
+
+
+def test_kill_confirm_80x24(snap_compare: SnapCompare) -> None:
+    app, before = scenario_app("healthy")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before, press=["K"])
