@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import errno
-import fcntl
 import json
 import os
 import re
@@ -51,6 +49,7 @@ from .queue_runner import (
     RUNNER_LOCK,
     RUNNER_STATUS,
     exec_main,
+    flock_held,
     runner_main,
     self_argv,
 )
@@ -115,20 +114,8 @@ def tmux_session_exists(name: str) -> bool:
 # ---------------------------------------------------------------- runner liveness and start
 
 def runner_alive(qdir: str) -> bool:
-    """Whether some runner holds the queue's lock; the probe's hold is shared and brief."""
-    try:
-        fd = os.open(os.path.join(qdir, RUNNER_LOCK), os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
-        raise
-    finally:
-        os.close(fd)
-    return False
+    """Whether some runner holds the queue's lock."""
+    return flock_held(os.path.join(qdir, RUNNER_LOCK))
 
 
 def _runner_info(qdir: str) -> Dict[str, Any]:

@@ -69,8 +69,25 @@ def boot_id() -> str:
         return "unknown"
 
 
-def proc_starttime(pid: int) -> Optional[int]:
-    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, a process identity."""
+def flock_held(path: str) -> bool:
+    """Whether another process holds an flock on ``path`` (our probe's hold is shared, brief)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    return False
+
+
+def _proc_stat_field(pid: int, index: int) -> Optional[int]:
+    """An integer field of /proc/PID/stat, counted from field 3 (state) as index 0."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -79,22 +96,18 @@ def proc_starttime(pid: int) -> Optional[int]:
     # comm (field 2) may hold spaces and parentheses; the fields after the LAST ')' are fixed.
     rest = data[data.rfind(b")") + 2:].split()
     try:
-        return int(rest[19])
+        return int(rest[index])
     except (IndexError, ValueError):
         return None
+
+
+def proc_starttime(pid: int) -> Optional[int]:
+    """Field 22 of /proc/PID/stat (clock ticks since boot): with the pid, a process identity."""
+    return _proc_stat_field(pid, 19)
 
 
 def proc_session(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 2:].split()
-    try:
-        return int(rest[3])
-    except (IndexError, ValueError):
-        return None
+    return _proc_stat_field(pid, 3)
 
 
 def group_members(pgid: int) -> int:
@@ -315,19 +328,7 @@ class AttemptFiles:
 
     def lock_held(self) -> bool:
         """True while the attempt's wrapper lives (it holds the flock until it exits)."""
-        try:
-            fd = os.open(self.lock, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
-        finally:
-            os.close(fd)
-        return False
+        return flock_held(self.lock)
 
 
 def exec_main(argv: List[str]) -> int:
