@@ -17,6 +17,7 @@ from . import config as cfg
 from .fleet import Fleet, Recorder
 from .link import LinkError
 from .model import HostState, LinkState
+from .view import disk_rows
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -33,27 +34,12 @@ def _state_json(state: HostState) -> dict[str, Any]:
             "snapshot": state.snapshot if state.state is LinkState.UP else None}
 
 
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "K", "M", "G", "T"):
-        if abs(n) < 1024 or unit == "T":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.1f}P"
-
-
 def _worst_disk(snapshot: dict[str, Any]) -> tuple[float | None, float | None]:
-    worst_b: float | None = None
-    worst_i: float | None = None
-    for d in snapshot.get("disks") or []:
-        if d.get("total_bytes"):
-            used = 100.0 * (1 - d["free_bytes"] / d["total_bytes"])
-            worst_b = used if worst_b is None else max(worst_b, used)
-        if d.get("total_inodes"):
-            used_i = 100.0 * (1 - d["free_inodes"] / d["total_inodes"])
-            worst_i = used_i if worst_i is None else max(worst_i, used_i)
-    return worst_b, worst_i
+    """Worst bytes % and inode % over the snapshot's disks, as the disk pane computes them."""
+    rows = disk_rows(snapshot)
+    bytes_pcts = [r.bytes_pct for r in rows if r.bytes_pct is not None]
+    inode_pcts = [r.inodes_pct for r in rows if r.inodes_pct is not None]
+    return (max(bytes_pcts) if bytes_pcts else None, max(inode_pcts) if inode_pcts else None)
 
 
 def _print_table(states: list[HostState]) -> None:
