@@ -201,17 +201,12 @@ class Fleet:
         if name:
             args += ["--name", name]
         out = await self._queue_call(host, *args, "--", *argv)
-        doc = json.loads(out)
-        job_id = str(doc.get("job"))
-        self._states[host].pending.append(f"add {job_id}")
-        return job_id
+        return str(json.loads(out).get("job"))
 
     async def queue_kill(self, host: str, job_id: str) -> None:
-        self._states[host].pending.append(f"kill {job_id}")
         await self._queue_call(host, "kill", job_id, timeout_s=120.0)
 
     async def queue_relaunch(self, host: str, job_id: str) -> None:
-        self._states[host].pending.append(f"relaunch {job_id}")
         await self._queue_call(host, "relaunch", job_id)
 
     def ssh_argv(self, host: str) -> list[str] | None:
