@@ -20,19 +20,19 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import procs
 from .sshd import (
     ClientIdentity,
+    SshClient,
     SshdServer,
     client_options,
     find_tool,
     known_hosts_line,
     render_ssh_config,
-    ssh_argv,
     wipe_gpuroom_dir,
 )
 
@@ -76,7 +76,7 @@ def _not_permitted(stderr: str) -> bool:
 
 
 @dataclass
-class JumpTopology:
+class JumpTopology(SshClient):
     """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
 
     identity: ClientIdentity
@@ -267,23 +267,10 @@ class JumpTopology:
         return left
 
     # -- use ------------------------------------------------------------------------------------
-    def ssh_argv(
-        self, *remote_argv: str, alias: str | None = None,
-        options: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """argv for the plain ssh client; alias defaults to box-via-jump."""
-        return ssh_argv(self.ssh_config, alias or self.box_alias, remote_argv, options)
-
-    def run(
-        self, *remote_argv: str, alias: str | None = None,
-        options: Mapping[str, str] | None = None, timeout: float = 30.0,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run remote_argv through the jump (or on alias) with the plain ssh client."""
-        return subprocess.run(
-            self.ssh_argv(*remote_argv, alias=alias, options=options),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-            check=False,
-        )
+    @property
+    def default_alias(self) -> str:
+        """ssh_argv/run default to the box behind the jump."""
+        return self.box_alias
 
     def reset(self) -> None:
         """Between tests: thaw, restart a killed sshd, no ~/.gpuroom."""

@@ -456,8 +456,41 @@ def free_port(host: str = "127.0.0.1") -> int:
 # The box on loopback
 
 
+class SshClient:
+    """The plain OpenSSH client against this harness's generated ssh_config.
+
+    Subclasses provide ``ssh_config`` and ``default_alias``.
+    """
+
+    @property
+    def ssh_config(self) -> Path:
+        raise NotImplementedError
+
+    @property
+    def default_alias(self) -> str:
+        raise NotImplementedError
+
+    def ssh_argv(
+        self, *remote_argv: str, alias: str | None = None,
+        options: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """argv for `ssh -F ssh_config [-o K=V]... ALIAS -- <remote argv quoted once>`."""
+        return ssh_argv(self.ssh_config, alias or self.default_alias, remote_argv, options)
+
+    def run(
+        self, *remote_argv: str, alias: str | None = None,
+        options: Mapping[str, str] | None = None, timeout: float = 30.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run remote_argv with the plain ssh client; never raises on a non-zero exit."""
+        return subprocess.run(
+            self.ssh_argv(*remote_argv, alias=alias, options=options),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )
+
+
 @dataclass
-class SshdBox:
+class SshdBox(SshClient):
     """A box reachable as `ssh -F ssh_config box`: a real sshd on 127.0.0.1 plus client files."""
 
     server: SshdServer
@@ -506,6 +539,10 @@ class SshdBox:
     @property
     def ssh_config(self) -> Path:
         return self.workdir / "ssh_config"
+
+    @property
+    def default_alias(self) -> str:
+        return self.alias
 
     @property
     def known_hosts(self) -> Path:
@@ -561,24 +598,6 @@ class SshdBox:
 
     def thaw(self) -> None:
         self.server.thaw()
-
-    def ssh_argv(
-        self, *remote_argv: str, alias: str | None = None,
-        options: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """argv for `ssh -F ssh_config [-o K=V]... box -- <remote argv quoted once>`."""
-        return ssh_argv(self.ssh_config, alias or self.alias, remote_argv, options)
-
-    def run(
-        self, *remote_argv: str, alias: str | None = None,
-        options: Mapping[str, str] | None = None, timeout: float = 30.0,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run remote_argv on the box with the plain ssh client; never raises on a non-zero exit."""
-        return subprocess.run(
-            self.ssh_argv(*remote_argv, alias=alias, options=options),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-            check=False,
-        )
 
     def reset(self) -> None:
         """Between tests: thaw, restart when a test killed it, base ssh_config, no ~/.gpuroom."""
