@@ -8,6 +8,7 @@ from gpuroom.tui.sanitize import (
     MAX_DISPLAY_CHARS,
     LineSplitter,
     display_line,
+    display_lines,
     sanitize_line,
     strip_escapes,
     truncate_display,
@@ -135,3 +136,51 @@ def test_splitter_bounds_a_newline_free_flood() -> None:
         out += s.feed(b"z" * 400)
     assert len(out) == 1  # emitted once the 1000-byte bound was passed
     assert out[0] == "z" * 1200
+
+
+# Pieces a fuzzed log is built from: plain text, every escape family, \r redraws, bidi,
+# broken and whole multibyte UTF-8, C1 bytes, tabs, and lines longer than the display cap.
+_PIECES = [
+    b"step 12 loss 2.31 ", b"\n", b"\n", b"\t", b"\r", b"\x1b[31m", b"\x1b]52;c;aGk=\x07",
+    b"\x1b]0;t\x1b\\", b"\x1bP1$q\x1b\\", b"\x1b", b"\x9b1m", b"\x9d0;x\x9c", b"\xc2\x85",
+    b"\xc2\x9b31m", b"\xc2\x9d0;t\xc2\x9c", "\u2066".encode(),
+    "日本".encode(), "ü".encode()[:1], b"\xff", b"\xe6\x97", "\u202e".encode(), b"\x00\x07",
+    b"x" * (MAX_DISPLAY_CHARS + 3),
+]
+
+
+def _fuzzed_log(seed: int, n: int) -> bytes:
+    import random
+
+    rng = random.Random(seed)
+    return b"".join(rng.choice(_PIECES) for _ in range(n))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_display_lines_is_display_line_per_line(seed: int) -> None:
+    raw = _fuzzed_log(seed, 300)
+    assert display_lines(raw) == [display_line(part) for part in raw.split(b"\n")]
+
+
+def test_display_lines_plain_batch_and_long_line() -> None:
+    assert display_lines(b"a\tb\n\nc") == ["a\tb", "", "c"]
+    out = display_lines(b"ok\n" + b"y" * (MAX_DISPLAY_CHARS + 5))
+    assert out[0] == "ok" and out[1].endswith("[+5 chars]")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_splitter_keep_returns_the_tail_of_what_feed_returns(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    data = _fuzzed_log(seed + 100, 2000)
+    full, kept = LineSplitter(max_pending=5000), LineSplitter(max_pending=5000)
+    pos = 0
+    while pos < len(data):
+        size = rng.choice([1, 7, 64, 900, 4000])
+        chunk = data[pos : pos + size]
+        pos += size
+        keep = rng.choice([0, 1, 2, 5, 1000])
+        every = full.feed(chunk)
+        assert kept.feed(chunk, keep=keep) == (every[-keep:] if keep else [])
+    assert kept.flush() == full.flush()

@@ -31,6 +31,10 @@ _ESCAPES = re.compile(
 # Every C0 except tab, DEL, every C1, and the bidi overrides/isolates that reorder what the
 # user reads (a "Trojan Source" line can make `rm -rf` look like something else).
 _CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
+# Every character either pattern above can start a match with, newline aside (lines are split
+# on it first). A line with none of them is already what sanitize_line would return, which is
+# what lets a flood of plain log lines skip the per-line regex work.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def strip_escapes(text: str) -> str:
@@ -62,6 +66,25 @@ def display_line(raw: bytes) -> str:
     return truncate_display(sanitize_line(raw.decode("utf-8", errors="replace")))
 
 
+def display_lines(raw: bytes) -> list[str]:
+    """``raw`` cut at every ``\\n``, each piece exactly as ``display_line`` shows it.
+
+    One decode and one scan for the whole batch: a megabyte of plain lines costs a split, not
+    ten thousand regex passes. Decoding before splitting gives the same text as decoding each
+    line, because 0x0a never occurs inside a UTF-8 sequence and ends any broken one.
+    """
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if _UNSAFE.search(text) is None:
+        if max(map(len, lines)) <= MAX_DISPLAY_CHARS:
+            return lines
+        return [truncate_display(line) for line in lines]
+    unsafe = _UNSAFE.search
+    return [
+        truncate_display(sanitize_line(line) if unsafe(line) else line) for line in lines
+    ]
+
+
 class LineSplitter:
     """Cuts a byte stream into display lines across arbitrary chunk boundaries.
 
@@ -73,19 +96,31 @@ class LineSplitter:
         self._pending = bytearray()
         self._max_pending = max_pending
 
-    def feed(self, data: bytes) -> list[str]:
-        """Append bytes; return the display lines they completed."""
+    def feed(self, data: bytes, keep: int | None = None) -> list[str]:
+        """Append bytes; return the display lines they completed, only the last ``keep`` of
+        them when given (a pane that holds ``keep`` lines would drop the others unseen)."""
         if b"\n" not in data:
             # Newline-free chunk (a progress bar, a flood): no re-split of what is held.
             self._pending += data
-            return self.flush() if len(self._pending) > self._max_pending else []
-        *complete, rest = (bytes(self._pending) + data).split(b"\n")
-        self._pending = bytearray(rest)
-        lines = [display_line(raw) for raw in complete]
+            lines = self.flush() if len(self._pending) > self._max_pending else []
+            return lines if keep is None or keep else []
+        buf = bytes(self._pending) + data
+        end = buf.rfind(b"\n")
+        self._pending = bytearray(buf[end + 1 :])
+        start = 0
+        if keep is not None:
+            # Only the tail is decoded and sanitized: find where its first line starts.
+            start = end
+            for _ in range(keep):
+                start = buf.rfind(b"\n", 0, start)
+                if start < 0:
+                    break
+            start += 1
+        lines = display_lines(buf[start:end]) if keep != 0 else []
         if len(self._pending) > self._max_pending:
             # Show an over-long unterminated run now rather than hold memory without bound.
             lines += self.flush()
-        return lines
+        return lines if keep is None else lines[-keep:] if keep else []
 
     def flush(self) -> list[str]:
         """The unterminated tail as a line (the job is still writing it)."""

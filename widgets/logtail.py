@@ -67,7 +67,9 @@ class LogTail(Log):
         if skipped:
             self._splitter.reset()
             lines.append(f"[… {skipped} bytes not fetched …]")
-        lines += self._splitter.feed(data)
+        # A chunk of more lines than the ring holds: only its last MAX_LINES are decoded,
+        # sanitized and written, the rest would be pruned unseen (a 50 MB/s flood stays cheap).
+        lines += self._splitter.feed(data, keep=MAX_LINES)
         # The job's current line: shown now, completed by a later chunk's first line.
         if lines:
             # One write for the whole batch: a fast log costs one refresh per snapshot.
