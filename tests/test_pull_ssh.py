@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
+from gpuroom.tui import transfer
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.link import HostLink, LinkError
 from gpuroom.tui.transfer import Progress, load_records, pull, safe_local_path
 
 pytestmark = pytest.mark.sshd
+needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
+METHODS = ["sftp", pytest.param("rsync", marks=needs_rsync)]
 
 OLD_NS = 1_600_000_000 * 10**9
 WEIRD = "run 'α' \"β\" ünï.bin"
@@ -73,7 +76,11 @@ async def test_pull_torch_checkpoint_dir(sshd_box: Any, tmp_path: Path) -> None:
     assert {f["path"] for f in record["files"]} == set(by_path)
 
 
-async def test_interrupted_pull_resends_only_missing_bytes(sshd_box: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", METHODS)
+async def test_interrupted_pull_resends_only_missing_bytes(
+        sshd_box: Any, tmp_path: Path, method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rsync moves 48 MiB on loopback faster than its progress is sampled: slow it to ~2 s.
+    monkeypatch.setattr(transfer, "RSYNC_OPTIONS", ("--bwlimit=20m",))
     src = box_dir(sshd_box, "ckpt_big")
     size = 48 << 20
     (src / "big.bin").write_bytes(os.urandom(size))
@@ -90,7 +97,8 @@ async def test_interrupted_pull_resends_only_missing_bytes(sshd_box: Any, tmp_pa
 
     link = link_for(sshd_box)
     with pytest.raises(asyncio.CancelledError):
-        await pull(link, str(src), out, on_progress=cancel_at_third, state_path=tmp_path / "s")
+        await pull(link, str(src), out, on_progress=cancel_at_third, state_path=tmp_path / "s",
+                   method=method)
     await link.close()
     first_part = part.stat().st_size
     assert 0 < first_part < size
@@ -102,7 +110,8 @@ async def test_interrupted_pull_resends_only_missing_bytes(sshd_box: Any, tmp_pa
 
     link = link_for(sshd_box)
     with pytest.raises(LinkError):
-        await pull(link, str(src), out, on_progress=kill_box, state_path=tmp_path / "s")
+        await pull(link, str(src), out, on_progress=kill_box, state_path=tmp_path / "s",
+                   method=method)
     await link.close()
     second_part = part.stat().st_size
     assert first_part < second_part < size
@@ -111,11 +120,16 @@ async def test_interrupted_pull_resends_only_missing_bytes(sshd_box: Any, tmp_pa
     # 3. Resume: only the bytes missing from the .part cross the wire.
     link = link_for(sshd_box)
     try:
-        result = await pull(link, str(src), out, state_path=tmp_path / "s")
+        result = await pull(link, str(src), out, state_path=tmp_path / "s", method=method)
     finally:
         await link.close()
-    assert result.ok
-    assert result.bytes_transferred == size - second_part
+    assert result.ok and result.files[0].via == method
+    missing = size - second_part
+    if method == "sftp":
+        assert result.bytes_transferred == missing  # bytes answered by SFTP reads
+    else:
+        # rsync's own count of bytes received: the missing ones plus its protocol (a few KB).
+        assert missing <= result.bytes_transferred < missing + size // 100
     assert (out / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
     assert not part.exists()
 
@@ -226,3 +240,53 @@ def test_paths_outside_local_dir_are_refused(tmp_path: Path) -> None:
     for rel in ("../x", "a/../../x", "/etc/passwd", "", "a//b", "escape/x", "..", "."):
         assert safe_local_path(out, rel) is None, rel
     assert safe_local_path(out, "sub/ok.pt") == out.resolve() / "sub" / "ok.pt"
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_stale_part_of_another_version_is_refetched(
+        sshd_box: Any, tmp_path: Path, method: str) -> None:
+    src = box_dir(sshd_box, "ckpt_stale")
+    data = os.urandom(300_000)
+    (src / "model.bin").write_bytes(data)
+    own(sshd_box, src)
+    out = tmp_path / "out"
+    out.mkdir()
+    # A .part left by a pull of an older model.bin: a resume appends to it, the hash of the
+    # whole says no, and the file is fetched again from zero.
+    (out / "model.bin.part").write_bytes(os.urandom(100_000))
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), out, state_path=tmp_path / "s.json", method=method)
+    finally:
+        await link.close()
+    [fr] = result.files
+    assert result.ok and fr.via == method and "re-fetched" in fr.detail
+    assert (out / "model.bin").read_bytes() == data
+    assert not (out / "model.bin.part").exists()
+
+
+@needs_rsync
+async def test_auto_sends_big_files_through_rsync_when_the_box_has_it(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = box_dir(sshd_box, "ckpt_auto")
+    big, small = os.urandom(2 << 20), os.urandom(1000)
+    (src / WEIRD).write_bytes(big)  # quotes and spaces: rsync -s keeps the box's shell out
+    (src / "small.bin").write_bytes(small)
+    own(sshd_box, src)
+    monkeypatch.setattr(transfer, "RSYNC_MIN_BYTES", 1 << 20)
+
+    async def pulled(name: str) -> dict[str, str]:
+        link = link_for(sshd_box)
+        try:
+            result = await pull(link, str(src), tmp_path / name, state_path=tmp_path / "s")
+        finally:
+            await link.close()
+        assert result.ok
+        assert (tmp_path / name / WEIRD).read_bytes() == big
+        assert (tmp_path / name / "small.bin").read_bytes() == small
+        return {f.path: f.via for f in result.files}
+
+    assert await pulled("a") == {WEIRD: "rsync", "small.bin": "sftp"}
+    # A box without rsync (the probe finds none): everything goes through SFTP.
+    monkeypatch.setattr(transfer, "RSYNC_REMOTE", "gpuroom-no-such-rsync")
+    assert await pulled("b") == {WEIRD: "sftp", "small.bin": "sftp"}

@@ -18,21 +18,47 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import shlex
+import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import platformdirs
 
-from .link import HostLink, PullIO
+from .link import (
+    CONNECT_TIMEOUT_S,
+    KEEPALIVE_COUNT_MAX,
+    KEEPALIVE_INTERVAL_S,
+    PULL_READ_TIMEOUT_S,
+    HostLink,
+    LinkError,
+    PullIO,
+)
+from .sanitize import sanitize_line
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on a laptop
 MANIFEST_TIMEOUT_S = 300.0
 HASH_CHUNK = 1 << 20
+TAIL_HASH_CHUNK = 4 << 20  # the hasher thread's pread size: few GIL hand-offs per GiB
+# Files at least this big go through rsync when both ends have it: on loopback it moved a
+# 2 GiB file 2-4x faster than asyncssh's SFTP (bench/pull.py, docs/PERFORMANCE.md). Smaller
+# ones stay on SFTP: each rsync is a new ssh login (a round trip or three), SFTP reuses the
+# link's connection.
+RSYNC_MIN_BYTES = 64 << 20
+RSYNC_REMOTE = "rsync"  # the box's rsync, by name on its PATH
+RSYNC_PROBE_TIMEOUT_S = CONNECT_TIMEOUT_S + 10.0
+RSYNC_POLL_S = 0.1  # how often the .part's size is read for progress and the hasher
+RSYNC_STDERR_CAP = 4096
+RSYNC_STOP_GRACE_S = 5.0
+RSYNC_OPTIONS: tuple[str, ...] = ()  # extra rsync options, e.g. ("--bwlimit=20m",)
 
 
 @dataclass
@@ -55,6 +81,7 @@ class FileResult:
     verified_by: str | None = None  # hash | load
     detail: str = ""
     bytes_transferred: int = 0
+    via: str = ""  # sftp | rsync: what moved the bytes of the last fetch
 
 
 @dataclass
@@ -170,12 +197,221 @@ class _Meter:
         self.cb(Progress(self.done, self.total, rate, left / rate if rate > 0 else None, path))
 
 
-async def _fetch_verified(io: PullIO, remote: str, part: Path, *, size: int, sha: str,
+class FetchFn(Protocol):
+    """Append the box file's bytes past ``offset`` to ``part``; returns bytes received."""
+
+    async def __call__(self, remote: str, part: Path, /, *, offset: int, size: int,
+                       on_progress: Callable[[int], None]) -> int: ...
+
+
+class _Rsync:
+    """rsync over the link's ssh alias, into the same .part the SFTP path would resume.
+
+    ``--append`` (which implies ``--inplace``) writes straight into NAME.part, in order, from
+    its current size: the same prefix contract as the SFTP path, so either can resume what
+    the other left, and the same sha256 decides. ``--partial`` is not needed: in place, every
+    byte written stays. ``-s`` hands the remote path to rsync, not the box's shell.
+    """
+
+    def __init__(self, link: HostLink) -> None:
+        self.link = link
+        self.usable: bool | None = None  # None: not asked yet
+        self.min_bytes = RSYNC_MIN_BYTES
+        self._probe_task: asyncio.Future[bool] | None = None
+
+    def _ssh(self) -> list[str]:
+        argv = ["ssh"]
+        if self.link.ssh_config is not None:
+            argv += ["-F", str(self.link.ssh_config)]
+        # Never a prompt (the TUI owns the terminal); a dead box found like the link finds it.
+        return [*argv, "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}",
+                "-o", f"ServerAliveInterval={int(KEEPALIVE_INTERVAL_S)}",
+                "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT_MAX}"]
+
+    def start_probe(self) -> None:
+        """Ask the box now, so the ssh login overlaps the manifest instead of following it."""
+        if self._probe_task is None:
+            self._probe_task = asyncio.ensure_future(self._probe())
+
+    async def available(self) -> bool:
+        """rsync here and on the box (asked once per pull, over a plain ssh)."""
+        if self.usable is None:
+            self.start_probe()
+            assert self._probe_task is not None
+            self.usable = await self._probe_task
+        return self.usable
+
+    async def close(self) -> None:
+        task, self._probe_task = self._probe_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _probe(self) -> bool:
+        alias = self.link.host.ssh
+        if self.link.host.local or not alias or shutil.which("rsync") is None:
+            return False
+        proc = await asyncio.create_subprocess_exec(
+            *self._ssh(), "--", alias, RSYNC_REMOTE, "--version",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+        assert proc.stdout is not None
+        try:
+            out = await asyncio.wait_for(_read_tail(proc.stdout, 4096), RSYNC_PROBE_TIMEOUT_S)
+            await asyncio.wait_for(proc.wait(), RSYNC_PROBE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await _stop(proc)
+            return False  # a box this slow to answer gets the SFTP path on the link
+        except asyncio.CancelledError:
+            await _stop(proc)
+            raise
+        return proc.returncode == 0 and out.startswith(b"rsync")
+
+    async def fetch(self, remote: str, part: Path, *, offset: int, size: int,
+                    on_progress: Callable[[int], None]) -> int:
+        alias = self.link.host.ssh or ""
+        argv = ["rsync", "--append", "-s", "--stats", f"--timeout={int(PULL_READ_TIMEOUT_S)}",
+                f"--rsync-path={RSYNC_REMOTE}", *RSYNC_OPTIONS, "-e", shlex.join(self._ssh()),
+                "--", f"{alias}:{remote}", str(part.resolve())]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        assert proc.stdout is not None and proc.stderr is not None
+        streams = asyncio.ensure_future(asyncio.gather(
+            _read_tail(proc.stdout, RSYNC_STDERR_CAP), _read_tail(proc.stderr, RSYNC_STDERR_CAP)))
+        try:
+            while not streams.done():
+                await asyncio.wait({streams}, timeout=RSYNC_POLL_S)
+                on_progress(max(part.stat().st_size - offset, 0))
+            out, err = streams.result()
+            await proc.wait()
+        except BaseException:
+            await _stop(proc)  # its pipes close with it, so the readers end on their own
+            streams.cancel()
+            with contextlib.suppress(BaseException):
+                await streams  # retrieved, so asyncio never logs it as lost
+            raise
+        appended = max(part.stat().st_size - offset, 0)
+        on_progress(appended)
+        if proc.returncode != 0:
+            lines = [sanitize_line(x) for x in err.decode(errors="replace").splitlines()]
+            tail = " | ".join(x for x in lines if x)[-400:]
+            raise LinkError(self.link.name, f"rsync of {remote} exited {proc.returncode} "
+                                            f"after {appended} bytes: {tail}")
+        m = _RSYNC_RECEIVED.search(out.decode(errors="replace"))
+        # rsync's own count of what crossed the wire; the .part growth when it says nothing.
+        return int(re.sub(r"\D", "", m.group(1))) if m else appended
+
+
+_RSYNC_RECEIVED = re.compile(r"Total bytes received: ([\d,.']+)")
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM to the child's own process group (rsync and its ssh), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), RSYNC_STOP_GRACE_S)
+            return
+        except asyncio.TimeoutError:
+            continue
+
+
+async def _read_tail(stream: asyncio.StreamReader, cap: int) -> bytes:
+    """Everything until EOF, keeping only the last ``cap`` bytes (a box can print a lot)."""
+    kept = b""
+    while chunk := await stream.read(1 << 16):
+        kept = (kept + chunk)[-cap:]
+    return kept
+
+
+class _TailHasher:
+    """sha256 of a .part that is being appended to, read behind the writer in a thread.
+
+    Hashing after the download re-reads the whole file (about 0.6 s per GiB here) on top of
+    the transfer; reading behind the writer overlaps the two, and a resume hashes the prefix
+    already on disk while the missing bytes arrive. Only bytes below the watermark the writer
+    reports are read: the writer appends in order and never rewrites them, so what is hashed
+    is what ends up in the file. ``finish`` hashes the rest once the writer has closed it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd = os.open(path, os.O_RDONLY)
+        self._h = hashlib.sha256()
+        self._pos = 0
+        self._limit = 0
+        self._final = False
+        self._stop = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="gpuroom-pull-hash",
+                                        daemon=True)
+        self._thread.start()
+
+    def advance(self, limit: int) -> None:
+        with self._cond:
+            if limit > self._limit:
+                self._limit = limit
+                self._cond.notify()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop and not self._final and self._pos >= self._limit:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                    limit, final = self._limit, self._final
+                while self._pos < limit:
+                    chunk = os.pread(self._fd, min(TAIL_HASH_CHUNK, limit - self._pos),
+                                     self._pos)
+                    if not chunk:
+                        break  # still in the writer's buffer: wait for the next watermark
+                    self._h.update(chunk)
+                    self._pos += len(chunk)
+                if final:
+                    return  # short of the size only if the file shrank: the digest says so
+        except BaseException as exc:  # handed to finish(); a thread has no one else to tell
+            self._error = exc
+        finally:
+            os.close(self._fd)
+
+    async def finish(self) -> str:
+        """The digest of the whole file; call once its writer has closed it."""
+        with self._cond:
+            # The thread owns (and closes) the fd, so the size comes from the path.
+            self._limit = max(self._limit, os.stat(self._path).st_size)
+            self._final = True
+            self._cond.notify()
+        await asyncio.to_thread(self._thread.join)
+        if self._error is not None:
+            raise self._error
+        if self._pos != os.stat(self._path).st_size:
+            return ""  # the file changed under the hasher: no digest vouches for it
+        return self._h.hexdigest()
+
+    def abandon(self) -> None:
+        """Stop without a digest (the fetch failed); the thread exits within one chunk."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+
+
+async def _fetch_verified(fetch: FetchFn, remote: str, part: Path, *, size: int, sha: str,
                           meter: _Meter, fr: FileResult) -> bool:
     """Resume (or start) the .part and check it against ``sha``; True on a match."""
     offset = part.stat().st_size if part.exists() else 0
     if offset > size:
         offset = 0  # longer than the file on the box: cannot be a prefix of it
+    # Truncate here rather than in fetch_file so the hasher never sees bytes that vanish.
+    with open(part, "ab") as f:
+        f.truncate(offset)
+    hasher = _TailHasher(part)
+    hasher.advance(offset)
     meter.report(fr.path, offset)
     last = 0
 
@@ -183,17 +419,21 @@ async def _fetch_verified(io: PullIO, remote: str, part: Path, *, size: int, sha
         nonlocal last
         meter.report(fr.path, written - last)
         last = written
+        hasher.advance(offset + written)
 
     try:
-        n = await io.fetch_file(remote, part, offset=offset, size=size, on_progress=progress)
+        n = await fetch(remote, part, offset=offset, size=size, on_progress=progress)
+    except BaseException:
+        hasher.abandon()
+        raise
     finally:
         fr.bytes_transferred += last
     fr.bytes_transferred += n - last
-    return await asyncio.to_thread(sha256_file, part) == sha
+    return await hasher.finish() == sha
 
 
-async def _pull_file(link: HostLink, io: PullIO, remote_dir: str, entry: dict[str, Any], *,
-                     target: Path, meter: _Meter) -> FileResult:
+async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_dir: str,
+                     entry: dict[str, Any], *, target: Path, meter: _Meter) -> FileResult:
     rel = entry["path"]
     size, sha = int(entry["size"]), str(entry["sha256"])
     fr = FileResult(path=rel, size=size, sha256=sha)
@@ -204,7 +444,16 @@ async def _pull_file(link: HostLink, io: PullIO, remote_dir: str, entry: dict[st
         fr.status, fr.verified_by, fr.detail = "verified", "hash", "already here"
         meter.report(rel, size)
         return fr
-    if await _fetch_verified(io, remote, part, size=size, sha=sha, meter=meter, fr=fr):
+
+    async def fetcher(size: int) -> FetchFn:
+        if rsync is not None and size >= rsync.min_bytes and await rsync.available():
+            fr.via = "rsync"
+            return rsync.fetch
+        fr.via = "sftp"
+        return io.fetch_file
+
+    if await _fetch_verified(await fetcher(size), remote, part, size=size, sha=sha,
+                             meter=meter, fr=fr):
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
         return fr
@@ -219,7 +468,8 @@ async def _pull_file(link: HostLink, io: PullIO, remote_dir: str, entry: dict[st
         return fr
     size, sha = int(again[0]["size"]), str(again[0]["sha256"])
     fr.size, fr.sha256 = size, sha
-    if await _fetch_verified(io, remote, part, size=size, sha=sha, meter=meter, fr=fr):
+    if await _fetch_verified(await fetcher(size), remote, part, size=size, sha=sha,
+                             meter=meter, fr=fr):
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
         fr.detail = "re-fetched: the file changed on the box during the pull"
@@ -234,9 +484,31 @@ async def _pull_file(link: HostLink, io: PullIO, remote_dir: str, entry: dict[st
 async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                on_progress: Callable[[Progress], None] | None = None, job: str | None = None,
                load_test_torch: bool | None = None,
-               state_path: Path | None = None) -> PullResult:
-    """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified."""
-    local = Path(local_dir)
+               state_path: Path | None = None, method: str = "auto") -> PullResult:
+    """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified.
+
+    ``method``: "auto" sends files of RSYNC_MIN_BYTES or more through rsync when both ends
+    have it and the rest through SFTP on the link; "sftp" never uses rsync; "rsync" uses it
+    for every file when both ends have it (SFTP otherwise).
+    """
+    if method not in ("auto", "sftp", "rsync"):
+        raise ValueError(f"method must be auto, sftp or rsync, not {method!r}")
+    rsync = None if method == "sftp" else _Rsync(link)
+    if rsync is not None:
+        if method == "rsync":
+            rsync.min_bytes = 0
+        rsync.start_probe()
+    try:
+        return await _pull(link, remote_dir, Path(local_dir), rsync, on_progress=on_progress,
+                           job=job, load_test_torch=load_test_torch, state_path=state_path)
+    finally:
+        if rsync is not None:
+            await rsync.close()
+
+
+async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | None, *,
+                on_progress: Callable[[Progress], None] | None, job: str | None,
+                load_test_torch: bool | None, state_path: Path | None) -> PullResult:
     local.mkdir(parents=True, exist_ok=True)
     doc = await take_manifest(link, remote_dir)
     box_dir = str(doc.get("dir") or remote_dir)
@@ -264,7 +536,7 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
     io = PullIO(link)
     for entry, target in todo:
         # A LinkError propagates: the link is gone, and the .part files stay for the resume.
-        fr = await _pull_file(link, io, box_dir, entry, target=target, meter=meter)
+        fr = await _pull_file(link, io, rsync, box_dir, entry, target=target, meter=meter)
         result.files.append(fr)
         result.bytes_transferred += fr.bytes_transferred
     do_load = torch_available() if load_test_torch is None else load_test_torch
