@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
@@ -56,6 +57,14 @@ class LogTail(Log):
         self._splitter.reset()
         self.clear()
         self._title()
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        # Log measures the widest new line in a thread worker, through a regex and cell_len
+        # per line: 10k lines a chunk held the GIL against the event loop for tens of ms.
+        # Lines here are already sanitized, so their width is their length unless non-ASCII.
+        if lines:
+            width = max(len(line) if line.isascii() else cell_len(line) for line in lines)
+            self._update_maximum_width(updates, width)
 
     def append_chunk(self, chunk: LogChunk) -> int:
         """Write what is new in ``chunk``; return the number of lines written."""
