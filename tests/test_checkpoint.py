@@ -4,6 +4,7 @@ temp cleanup, file modes, async saves, cadence, signals and the verify CLI. Real
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -105,6 +106,147 @@ def test_round_trip_restores_every_piece_of_state(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(4), expect_torch)
     assert random.random() == expect_py
     assert sampler2.take(5) == expect_order
+
+
+def test_numpy_global_rng_restored_exactly(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    np.random.seed(11)
+    np.random.rand(7)
+    np.random.standard_normal(1)  # odd count: the second value of the polar pair stays cached
+    before = np.random.get_state()
+    assert before[3] == 1, "the cached-Gaussian half of the state is not exercised"
+    path = Checkpointer(tmp_path).save(1)
+    assert path is not None and ckmod.describe(path)["rng"]["numpy"] is True
+    expect = (np.random.rand(5), np.random.standard_normal(3), np.random.randint(0, 1 << 30, 4))
+
+    np.random.seed(12345)
+    np.random.rand(3)
+    assert Checkpointer(tmp_path).load_latest() is not None
+    after = np.random.get_state()
+    assert after[0] == before[0] and np.array_equal(after[1], before[1])
+    assert after[2:] == before[2:]
+    got = (np.random.rand(5), np.random.standard_normal(3), np.random.randint(0, 1 << 30, 4))
+    for want, have in zip(expect, got, strict=True):
+        assert np.array_equal(want, have)
+
+
+_WITHOUT_NUMPY = """
+import json, random, sys
+sys.modules["numpy"] = None  # `import numpy` now raises ImportError, as where it is absent
+import torch
+from gpuroom.remote.checkpoint import Checkpointer, describe
+
+own, foreign = sys.argv[1], sys.argv[2]
+torch.manual_seed(5)
+random.seed(5)
+path = Checkpointer(own).save(3, extra={"k": 1})
+expect = (torch.rand(3).tolist(), random.random())
+torch.manual_seed(0)
+random.seed(0)
+resume = Checkpointer(own).load_latest()
+got = (torch.rand(3).tolist(), random.random())
+other = Checkpointer(foreign).load_latest()
+print(json.dumps({"step": resume.step, "same_draws": got == expect,
+                  "numpy_in_file": describe(path)["rng"]["numpy"],
+                  "foreign_step": other.step, "foreign_torch": torch.rand(2).tolist()}))
+"""
+
+
+def test_works_where_numpy_is_absent(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    np.random.seed(1)
+    torch.manual_seed(8)
+    foreign = tmp_path / "with-numpy"
+    Checkpointer(foreign).save(9)  # written where numpy is present: holds its RNG state
+    expect_foreign = torch.rand(2).tolist()
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NUMPY, str(tmp_path / "own"), str(foreign)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["step"] == 3 and result["same_draws"] is True
+    assert result["numpy_in_file"] is False
+    # The numpy part is skipped with a warning; python and torch RNG are still restored.
+    assert result["foreign_step"] == 9 and result["foreign_torch"] == expect_foreign
+    assert "numpy is not installed here; skipped" in out.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device (CUDA RNG is saved only where CUDA is in use)")
+def test_cuda_rng_of_every_device_restored_exactly(tmp_path: Path) -> None:
+    devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    torch.cuda.manual_seed_all(21)
+    for device in devices:
+        torch.rand(5, device=device)  # advance each device's generator off its seed
+    path = Checkpointer(tmp_path).save(1)
+    assert path is not None and ckmod.describe(path)["rng"]["cuda_devices"] == len(devices)
+    expect = [torch.rand(4, device=d).cpu() for d in devices]
+
+    torch.cuda.manual_seed_all(999)
+    assert Checkpointer(tmp_path).load_latest() is not None
+    got = [torch.rand(4, device=d).cpu() for d in devices]
+    for want, have in zip(expect, got, strict=True):
+        assert torch.equal(want, have)
+
+
+def test_writeback_requested_for_the_whole_file_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int, int]] = []
+
+    def record(fd: int, offset: int, nbytes: int, flags: int) -> int:
+        calls.append((offset, nbytes, flags))
+        return 0
+
+    chunk = 64 * 1024
+    monkeypatch.setattr(ckmod, "_sync_file_range", lambda: record)
+    monkeypatch.setattr(ckmod, "_WRITEBACK_CHUNK_BYTES", chunk)
+    model = _weights_filled(0.5, 256)  # 257 KiB of weights: several chunks
+    path = Checkpointer(tmp_path).save(1, model=model)
+    assert path is not None
+    # Contiguous ranges from 0 to the end of the file, each a full chunk but the tail.
+    assert calls and calls[0][0] == 0
+    for (offset, nbytes, _), (following, _, _) in itertools.pairwise(calls):
+        assert offset + nbytes == following
+    assert calls[-1][0] + calls[-1][1] == path.stat().st_size
+    assert all(nbytes >= chunk for _, nbytes, _ in calls[:-1])
+    assert {flags for _, _, flags in calls} == {ckmod._SYNC_FILE_RANGE_WRITE}
+    fresh = _weights_filled(0.0, 256)
+    assert Checkpointer(tmp_path).load_latest(model=fresh) is not None
+    _assert_tree_equal(model.state_dict(), fresh.state_dict())
+
+
+def test_refused_writeback_hint_leaves_durability_to_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def refuse(fd: int, offset: int, nbytes: int, flags: int) -> int:
+        calls.append(offset)
+        return -1  # EINVAL/ESPIPE on filesystems without it
+
+    monkeypatch.setattr(ckmod, "_sync_file_range", lambda: refuse)
+    monkeypatch.setattr(ckmod, "_WRITEBACK_CHUNK_BYTES", 16 * 1024)
+    ck = Checkpointer(tmp_path, keep=5)
+    for step in (1, 2):
+        ck.save(step, model=_weights_filled(step, 128))
+    assert calls == [0, 0]  # asked once per save, then left alone
+    payload = torch.load(ck.path_for(2), weights_only=True)
+    assert torch.all(payload["model"]["weight"] == 2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux-only")
+def test_sync_file_range_binding_accepts_a_real_file(tmp_path: Path) -> None:
+    fn = ckmod._sync_file_range()
+    assert fn is not None
+    fd = os.open(str(tmp_path / "f"), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x" * 100_000)
+        assert fn(fd, 0, 100_000, ckmod._SYNC_FILE_RANGE_WRITE) == 0
+        assert fn(-1, 0, 0, ckmod._SYNC_FILE_RANGE_WRITE) == -1  # EBADF: the result is real
+    finally:
+        os.close(fd)
 
 
 def test_empty_directory_resumes_nothing(tmp_path: Path) -> None:
@@ -396,11 +538,15 @@ def test_verify_good_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     assert ckmod.main(["verify", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "OK" in text and "step      12" in text and "python, torch" in text
+    # torch imports numpy whenever it is installed, and then its RNG is part of the state.
+    has_numpy = sys.modules.get("numpy") is not None
+    rngs = "python, numpy, torch" if has_numpy else "python, torch"
+    assert "OK" in text and "step      12" in text and f"rng       {rngs}" in text
     assert ckmod.main(["verify", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["step"] == 12 and info["epoch"] == 2 and info["extra_keys"] == ["run"]
     assert info["rng"]["torch"] and info["rng"]["python"]
+    assert info["rng"]["numpy"] is has_numpy
     n_tensors = len(model.state_dict()) + len(opt.state_dict()["state"]) + 1  # + torch RNG
     assert info["tensors"] == n_tensors
     assert info["tensor_bytes"] > 0 and info["file_bytes"] > info["tensor_bytes"]
