@@ -29,7 +29,8 @@ run: $(VENV)/.installed
 ## Everything CI runs: system packages when missing, the dev venv, lint, types, tests.
 test: system-deps $(STAMP) lint typecheck unit
 
-# sshd, tmux and rsync are what the tests drive for real; install them only when missing.
+# sshd, tmux, rsync and Slurm (slurm-wlm: slurmctld, slurmd, slurm-client) are what the tests
+# drive for real; install them only when missing.
 system-deps:
 	@missing=""; \
 	command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
@@ -37,6 +38,9 @@ system-deps:
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	command -v rsync >/dev/null || missing="$$missing rsync"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	for t in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch; do \
+	  command -v $$t >/dev/null || { missing="$$missing slurm-wlm"; break; }; \
+	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \

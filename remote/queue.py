@@ -4,8 +4,12 @@ Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom
 ``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
 
   add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--retry-on-exit]
-      [--output GLOB]... [--durable-dir DIR] [--front] [--no-start] -- ARGV...
+      [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
+      [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
+      [--partition P] -- ARGV...
   config [--slots N] [--durable-dir DIR] [--idle-exit S] [--kill-grace S]
+      [--backend local|slurm] [--slurm-conf PATH] [--partition P] [--time T]
+      [--signal-lead S] [--cpus-per-task N]
   start                       detach a runner (tmux session gpuroom-<queue>, else setsid)
   runner [--idle-exit S]      the runner itself, in the foreground (exit 3: one already runs)
   ls [--json]                 the folded state
@@ -16,6 +20,11 @@ Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom
   _exec ...                   internal: the per-attempt wrapper
 
 ``collect(session, request)`` is the probe's ``queue`` section.
+
+A queue whose backend is ``slurm`` (set by ``config --backend slurm`` or per job by ``add
+--backend slurm``, which the jump host passes for a host with the ``slurm`` profile) submits
+with sbatch instead of running a local runner: see ``queue_slurm``. Its jobs are in the same
+events file and come back from ``ls``/the probe as the same records with extra fields.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from . import queue_slurm
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -198,7 +208,9 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         reader.refresh()
         events, warnings = reader.events, reader.all_warnings()
     state = fold(events, queue)
-    jobs = sorted(state["jobs"].values(), key=lambda j: j["added_seq"])
+    slurm_jobs, slurm_warnings = queue_slurm.refresh(qdir, list(events))
+    warnings = [*warnings, *slurm_warnings]
+    jobs = sorted([*state["jobs"].values(), *slurm_jobs], key=lambda j: j["added_seq"])
     if limit is not None and len(jobs) > limit:
         # Bounded answer, but never hide what is live or waiting.
         keep = {j["id"] for j in jobs[-limit:]}
@@ -213,7 +225,8 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         "order": state["order"],
         "pending_requests": state["pending_requests"],
         "last_seq": state["last_seq"],
-        "jobs_total": len(state["jobs"]),
+        "jobs_total": len(state["jobs"]) + len(slurm_jobs),
+        "backend": queue_slurm.slurm_config(events).get("backend") or "local",
         "warnings": warnings,
     }
 
@@ -350,12 +363,24 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--no-start", action="store_true", help="do not start a runner")
     parser.add_argument("--idle-exit", type=float, default=None,
                         help="idle seconds before a runner started here exits")
+    _slurm_options(parser)
     args = parser.parse_args(argv[:cut])
     if not cmd:
         sys.stderr.write("gpuroom queue add: empty command\n")
         return 2
     root, queue = root_dir(args.root), check_queue_name(args.queue)
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    if args.backend == queue_slurm.BACKEND or (
+            args.backend is None and queue_slurm.is_default(root, queue)):
+        try:
+            doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
+                                  name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
+                                  time_limit=args.time, signal_lead_s=args.signal_lead,
+                                  cpus_per_task=args.cpus_per_task, partition=args.partition)
+        except queue_slurm.SlurmError as exc:
+            return queue_slurm.emit_error(exc)
+        _emit(doc)
+        return 0 if doc.get("ok") else 1
     ev = _append_request(root, queue, "added", name=args.name, argv=cmd, cwd=cwd,
                          env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
                          retry_on_exit=args.retry_on_exit, outputs=args.output,
@@ -368,6 +393,16 @@ def _cmd_add(argv: List[str]) -> int:
     return 0
 
 
+def _slurm_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=["local", queue_slurm.BACKEND], default=None,
+                        help="slurm: submit with sbatch (default: the queue's configured one)")
+    parser.add_argument("--time", default=None, help="Slurm --time (walltime)")
+    parser.add_argument("--signal-lead", type=int, default=None,
+                        help="seconds before the wall for the warning signal (0: none)")
+    parser.add_argument("--cpus-per-task", type=int, default=None)
+    parser.add_argument("--partition", default=None)
+
+
 def _cmd_config(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue config")
     _common(parser)
@@ -375,8 +410,16 @@ def _cmd_config(argv: List[str]) -> int:
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--idle-exit", type=float, default=None)
     parser.add_argument("--kill-grace", type=float, default=None)
+    _slurm_options(parser)
+    parser.add_argument("--slurm-conf", default=None,
+                        help="SLURM_CONF for every Slurm command of this queue")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
+    slurm = {"backend": args.backend, "slurm_conf": args.slurm_conf,
+             "partition": args.partition, "time": args.time,
+             "signal_lead_s": args.signal_lead, "cpus_per_task": args.cpus_per_task}
+    if any(v is not None for v in slurm.values()):
+        queue_slurm.configure(root, queue, **slurm)
     ev = _append_request(root, queue, "configured", slots=args.slots,
                          durable_dir=args.durable_dir, idle_exit_s=args.idle_exit,
                          kill_grace_s=args.kill_grace)
@@ -450,6 +493,11 @@ def _cmd_kill(argv: List[str]) -> int:
                         help="how long to wait for the runner's record (default grace + 20)")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
+    if queue_slurm.find_job(root, queue, args.job) is not None:
+        doc = queue_slurm.kill(root, queue, args.job,
+                               queue_slurm.KILL_WAIT_S if args.wait is None else args.wait)
+        _emit(doc)
+        return 0 if doc.get("ok") else 1
     wait = args.wait if args.wait is not None else (args.grace or 30.0) + 20.0
     return _request_and_wait(root, queue, "kill_requested", args.job, timeout=wait,
                              ok_events=["killed"], grace=args.grace)
@@ -465,6 +513,8 @@ def _simple_request(kind: str, ok_events: List[str]) -> Any:
         parser.add_argument("--wait", type=float, default=REQUEST_WAIT_S)
         args = parser.parse_args(argv)
         root, queue = root_dir(args.root), check_queue_name(args.queue)
+        if queue_slurm.find_job(root, queue, args.job) is not None:
+            return _slurm_request(kind, root, queue, args.job)
         fields = {"position": args.position} if kind == "move" else {}
         ev = {"relaunch": "relaunch_requested", "remove": "remove_requested",
               "move": "reorder_requested"}[kind]
@@ -472,6 +522,24 @@ def _simple_request(kind: str, ok_events: List[str]) -> Any:
                                  ok_events=ok_events, **fields)
 
     return run
+
+
+def _slurm_request(kind: str, root: str, queue: str, job: str) -> int:
+    if kind == "relaunch":
+        doc = queue_slurm.relaunch(root, queue, job)
+    elif kind == "remove":
+        found = queue_slurm.find_job(root, queue, job) or {}
+        if found.get("state") in ("queued", "running"):
+            doc = {"ok": False, "queue": queue, "job": job, "result": "rejected",
+                   "error": f"job is {found.get('state')}; kill it first"}
+        else:
+            _append_request(root, queue, "slurm_removed", job=job)
+            doc = {"ok": True, "queue": queue, "job": job, "result": "removed"}
+    else:
+        doc = {"ok": False, "queue": queue, "job": job, "result": "rejected",
+               "error": "Slurm orders its own queue (priority, fairshare): move does not apply"}
+    _emit(doc)
+    return 0 if doc.get("ok") else 1
 
 
 def _cmd_logs(argv: List[str]) -> int:

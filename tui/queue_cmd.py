@@ -18,6 +18,7 @@ from . import config as cfg
 from .fleet import Fleet
 from .link import ExecResult, LinkError
 from .sanitize import display_line
+from .view import slurm_summary
 
 LOG_CHUNK_BYTES = 256 << 10
 FOLLOW_INTERVAL_S = 1.0
@@ -36,7 +37,21 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    # Slurm hosts (profile slurm): the job's sbatch options.
+    p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
+    p.add_argument("--signal-lead", type=int,
+                   help="seconds before the wall for the checkpoint warning (0: none)")
+    p.add_argument("--cpus-per-task", type=int)
+    p.add_argument("--partition")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p = qsub.add_parser("config", help="the queue's settings on a host (Slurm: SLURM_CONF, "
+                        "partition, default --time and warning lead)")
+    p.add_argument("host")
+    p.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands on the login node")
+    p.add_argument("--partition")
+    p.add_argument("--time")
+    p.add_argument("--signal-lead", type=int)
+    p.add_argument("--cpus-per-task", type=int)
     p = qsub.add_parser("ls", help="every job, attempt, exit code and duration")
     p.add_argument("host")
     p.add_argument("--json", action="store_true")
@@ -81,9 +96,19 @@ def _write_log(data: bytes, tty: bool) -> None:
         sys.stdout.buffer.flush()
 
 
+def _slurm_opts(args: argparse.Namespace) -> list[str]:
+    opts = []
+    for flag in ("time", "signal_lead", "cpus_per_task", "partition", "slurm_conf"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            opts += ["--" + flag.replace("_", "-"), str(value)]
+    return opts
+
+
 async def _run(args: argparse.Namespace) -> int:
     fleet = _fleet(args)
     link = fleet.link(args.host)
+    backend = fleet.queue_backend(args.host)
     try:
         if args.queue_cmd == "add":
             argv = list(args.argv)
@@ -103,8 +128,14 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--env", item]
             for item in args.output:
                 opts += ["--output", item]
+            opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
+            print(json.dumps(doc))
+            return 0 if doc.get("ok") else 1
+        if args.queue_cmd == "config":
+            opts = ["--backend", backend, *_slurm_opts(args)]
+            doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             print(json.dumps(doc))
             return 0 if doc.get("ok") else 1
         if args.queue_cmd == "ls":
@@ -156,8 +187,11 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     from rich.text import Text
 
     table = Table(title=f"queue {doc.get('queue', '')}")
+    slurm = any(job.get("slurm_id") for job in doc.get("jobs") or [])
     for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
         table.add_column(col)
+    if slurm:
+        table.add_column("slurm")
     for job in doc.get("jobs") or []:
         attempts = job.get("attempts") or []
         last = attempts[-1] if attempts else {}
@@ -168,10 +202,13 @@ def _print_jobs(doc: dict[str, Any]) -> None:
             exit_text = f"sig {last['signal']}"
         duration = last.get("duration")
         # Text() keeps job-provided strings from being read as rich markup.
-        table.add_row(Text(str(job.get("id"))), Text(str(job.get("name") or "")),
-                      Text(str(job.get("state"))), str(len(attempts)), exit_text,
-                      f"{duration:.1f}s" if isinstance(duration, (int, float)) else "-",
-                      Text(display_line(" ".join(job.get("argv") or []).encode())[:60]))
+        cells: list[Text | str] = [Text(str(job.get("id"))), Text(str(job.get("name") or "")),
+                 Text(str(job.get("state"))), str(len(attempts)), exit_text,
+                 f"{duration:.1f}s" if isinstance(duration, (int, float)) else "-",
+                 Text(display_line(" ".join(job.get("argv") or []).encode())[:60])]
+        if slurm:
+            cells.append(Text(display_line(slurm_summary(job).encode())))
+        table.add_row(*cells)
     Console().print(table)
 
 

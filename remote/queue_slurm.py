@@ -1,0 +1,652 @@
+"""The queue's Slurm backend: on a login node ``sbatch`` is the runner (issue 9).
+
+One queue model: a Slurm job lives in the same ``events.jsonl`` with the same ``jN`` ids and
+log path (``logs/jN.log``) as a box job, and ``queue ls``, the probe section and the room show
+the same record with extra fields (slurm_id, slurm_state, reason, node, elapsed_s,
+time_limit_s, time_left_s, end_time, restarts). What differs is who runs it:
+
+- ``add`` writes ``slurm/jN.sbatch`` once and submits it with ``sbatch --parsable``;
+  ``relaunch`` submits that identical file again (a new attempt, same checkpoint dir);
+- Slurm owns the job's lifecycle, so there is no runner process: state is read from
+  ``squeue`` while the job is in the queue and, after it leaves, from ``sacct`` (accounting),
+  else ``sacct -c`` (the jobcomp file), else ``scontrol show job``; the final verdict is then
+  appended as ``slurm_final`` so it survives Slurm forgetting the job (MinJobAge);
+- ``kill`` is ``scancel``.
+
+Its events (``slurm_added`` and not ``added``, so a box runner never launches a Slurm job
+locally): ``slurm_configured``, ``slurm_added``, ``slurm_submitted``, ``slurm_submit_failed``,
+``slurm_final``, ``slurm_removed``.
+
+The batch script runs the job in the background and waits, because bash runs a trap only
+between commands: the walltime warning (``--signal=B:USR1@LEAD``, sent to the batch shell
+only) is forwarded to the job as SIGUSR1, which gpuroom.remote.checkpoint turns into a flag
+checked at a step boundary (SLURM1). A job that then exits 0 is requeued with
+``scontrol requeue`` (same job id, ``--open-mode=append`` keeps one log) and resumes from its
+checkpoint; ``SRUN_CPUS_PER_TASK`` gives every nested ``srun`` the allocation's CPUs (SLURM3).
+Each run of the script leaves ``run/jN.s<slurm id>.r<restart>.json`` (exit code, warned,
+requeued), so exit codes are known even where Slurm keeps no accounting.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from .queue_events import EventReader, EventWriter, _last_seq_and_newline, _new_job, queue_dir
+from .queue_runner import import_path
+from .slurmparse import parse_sacct, parse_slurm_duration, split_job_id
+
+BACKEND = "slurm"
+SLURM_EVENTS = ("slurm_configured", "slurm_added", "slurm_submitted", "slurm_submit_failed",
+                "slurm_final", "slurm_removed")
+DEFAULT_SIGNAL_LEAD_S = 360  # the seed's --signal=B:...@360 (profile-generic-ssh, SLURM2)
+DEFAULT_MAX_REQUEUES = 20  # a job that never finishes must not requeue forever
+CMD_TIMEOUT_S = 20.0
+KILL_WAIT_S = 60.0  # scancel -> gone from squeue: KillWait (default 30 s) and some slack
+RUN_RECORDS_MAX = 200
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%L"
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,Timelimit,End"
+
+# Slurm job states -> the queue's states.
+PENDING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
+                  "SPECIAL_EXIT"}
+RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALING",
+                  "STAGE_OUT", "RESIZING", "STOPPED"}
+FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                 "DEADLINE"}
+FINAL_SLURM_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
+# What a final state means, in the seed's words (profile-generic-ssh.md, Slurm debugging).
+STATE_REASONS = {
+    "TIMEOUT": "walltime reached (SIGTERM, then SIGKILL after KillWait)",
+    "OUT_OF_MEMORY": "cgroup RAM OOM-kill: a job state, not a traceback (SLURM4)",
+    "PREEMPTED": "preempted: requeue territory",
+    "NODE_FAIL": "the node failed: requeue territory",
+    "BOOT_FAIL": "the node failed to boot",
+    "DEADLINE": "the job's deadline passed",
+}
+
+_TIME_RE = re.compile(r"^\d+([:-]\d+){0,3}$")
+_SAFE_DIRECTIVE = re.compile(r"^[^\s'\"\\#]+$")
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- config and fold
+
+def slurm_config(events: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The queue's Slurm settings: the last value given for each key wins."""
+    config: Dict[str, Any] = {"backend": None, "slurm_conf": None, "partition": None,
+                              "time": None, "signal_lead_s": DEFAULT_SIGNAL_LEAD_S,
+                              "cpus_per_task": None}
+    for ev in events:
+        if ev.get("ev") == "slurm_configured":
+            for key in config:
+                if ev.get(key) is not None:
+                    config[key] = ev[key]
+    return config
+
+
+def command_env(config: Dict[str, Any]) -> Dict[str, str]:
+    """The environment every Slurm command (and so the batch job) gets.
+
+    ``slurm_conf`` is for clusters (and the test cluster) whose clients need SLURM_CONF: a
+    non-interactive SSH command does not reliably read the login shell's rc files.
+    """
+    env = dict(os.environ)
+    if config.get("slurm_conf"):
+        env["SLURM_CONF"] = str(config["slurm_conf"])
+    return env
+
+
+def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Slurm jobs from the events, as the queue's job records (pure)."""
+    jobs: Dict[str, Dict[str, Any]] = {}
+    for ev in events:
+        kind = ev.get("ev")
+        if kind == "slurm_added":
+            job = _new_job(ev)
+            job.update({"backend": BACKEND, "position": None, "slurm_id": None,
+                        "slurm_state": None, "node": None, "elapsed_s": None,
+                        "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
+                        "time_left_s": None, "end_time": None, "restarts": 0,
+                        "signal_lead_s": ev.get("signal_lead_s"), "time": ev.get("time"),
+                        "cpus_per_task": ev.get("cpus_per_task"), "script": ev.get("script"),
+                        "ckpt_dir": ev.get("ckpt_dir"), "exit_code": None})
+            jobs[job["id"]] = job
+            continue
+        job = jobs.get(str(ev.get("job")))
+        if job is None:
+            continue
+        if kind == "slurm_submitted":
+            job["slurm_id"] = ev.get("slurm_id")
+            job["state"], job["reason"], job["slurm_state"] = "queued", None, "PENDING"
+            job["exit_code"] = None
+            job["attempts"].append({
+                "attempt": ev.get("attempt"), "slurm_id": ev.get("slurm_id"),
+                "submitted": ev.get("t"), "start": None, "end": None, "exit_code": None,
+                "signal": None, "duration": None, "end_reason": None, "runs": []})
+        elif kind == "slurm_submit_failed":
+            job["state"], job["reason"] = "failed", ev.get("why")
+        elif kind == "slurm_final":
+            attempt = _attempt_of(job, ev.get("slurm_id"))
+            if attempt is None or attempt["end"] is not None:
+                continue  # a second observer's record of the same end changes nothing
+            attempt.update({"end": ev.get("end") or ev.get("t"),
+                            "exit_code": ev.get("exit_code"), "signal": ev.get("signal"),
+                            "duration": ev.get("elapsed_s"), "end_reason": ev.get("state")})
+            if attempt["start"] is None and ev.get("elapsed_s") is not None:
+                attempt["start"] = attempt["end"] - ev["elapsed_s"]
+            _apply_final(job, ev.get("state"), ev.get("exit_code"), ev.get("reason"))
+            job["node"] = ev.get("node") or job["node"]
+            job["elapsed_s"] = ev.get("elapsed_s")
+        elif kind == "slurm_removed":
+            job["state"] = "removed"
+    return jobs
+
+
+def _attempt_of(job: Dict[str, Any], slurm_id: Any) -> Optional[Dict[str, Any]]:
+    for a in job["attempts"]:
+        if a.get("slurm_id") == slurm_id:
+            return a
+    return None
+
+
+def _apply_final(job: Dict[str, Any], state: Any, exit_code: Any, reason: Any) -> None:
+    state = str(state or "")
+    job["slurm_state"], job["exit_code"] = state, exit_code
+    job["time_left_s"], job["end_time"] = None, None
+    if state == "CANCELLED":
+        job["state"] = "killed"
+    elif state == "COMPLETED" and not exit_code:
+        job["state"] = "succeeded"
+    else:
+        job["state"] = "failed"
+    job["reason"] = reason or STATE_REASONS.get(state)
+
+
+def _run_records(qdir: str, job_id: str, slurm_id: str) -> List[Dict[str, Any]]:
+    pattern = os.path.join(qdir, "run", f"{job_id}.s{slurm_id}.r*.json")
+    records = []
+    for path in sorted(glob.glob(pattern))[:RUN_RECORDS_MAX]:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            records.append(doc)
+    records.sort(key=lambda r: int(r.get("restart") or 0))
+    return records
+
+
+# ---------------------------------------------------------------- Slurm commands
+
+def _run(argv: List[str], env: Dict[str, str],
+         timeout: float = CMD_TIMEOUT_S) -> Tuple[int, str, str]:
+    exe = shutil.which(argv[0], path=env.get("PATH"))
+    if exe is None:
+        return 127, "", f"{argv[0]} not found on PATH (is this a Slurm login node?)"
+    try:
+        proc = subprocess.run([exe, *argv[1:]], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} took over {timeout:.0f}s"
+    return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"))
+
+
+def squeue_rows(ids: List[str], env: Dict[str, str]) -> Dict[str, Dict[str, Any]]:
+    """Jobs still in Slurm's queue (pending, running, completing), by Slurm id."""
+    if not ids:
+        return {}
+    rc, out, err = _run(["squeue", "--noheader", "--jobs=" + ",".join(ids),
+                         "--format=" + SQUEUE_FORMAT], env)
+    if rc != 0:
+        if "Invalid job id" in err:
+            return {}  # every id has left the controller's memory
+        raise SlurmError(f"squeue failed (exit {rc}): {err.strip()[-300:]}")
+    header = SQUEUE_FORMAT.replace("%", "")
+    rows = parse_sacct(header + "\n" + out) if out.strip() else []
+    return {str(r["i"]): r for r in rows if r.get("i")}
+
+
+def _exit_pair(text: Optional[str]) -> Tuple[Optional[int], Optional[str]]:
+    """Slurm's "code:signal" -> (exit code, signal name or None)."""
+    if not text or ":" not in text:
+        return None, None
+    code, _, sig = text.partition(":")
+    try:
+        code_i, sig_i = int(code), int(sig)
+    except ValueError:
+        return None, None
+    name = None
+    if sig_i:
+        try:
+            name = signal.Signals(sig_i).name
+        except ValueError:
+            name = str(sig_i)
+    return code_i, name
+
+
+def _final_from_rows(rows: List[Dict[str, Any]], source: str) -> Dict[str, Dict[str, Any]]:
+    out: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        if row.get("step"):
+            continue  # .batch / .extern steps: the allocation's own row is the verdict
+        state = (row.get("State") or "").split(" ")[0]
+        if state not in FINAL_SLURM_STATES:
+            continue  # jobcomp logs a requeue as PENDING; a later row has the end
+        code, sig = _exit_pair(row.get("ExitCode"))
+        out[str(row["job_id"])] = {
+            "state": state, "exit_code": code, "signal": sig, "source": source,
+            "elapsed_s": parse_slurm_duration(row.get("Elapsed") or ""),
+            "node": row.get("NodeList") if row.get("NodeList") not in ("None assigned", "(null)")
+            else None}
+    return out
+
+
+def _scontrol_final(slurm_id: str, env: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    rc, out, _ = _run(["scontrol", "show", "job", "--oneliner", slurm_id], env)
+    if rc != 0:
+        return None
+    fields = dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+    state = fields.get("JobState", "")
+    if state not in FINAL_SLURM_STATES:
+        return None
+    code, sig = _exit_pair(fields.get("ExitCode"))
+    node = fields.get("NodeList")
+    return {"state": state, "exit_code": code, "signal": sig, "source": "scontrol",
+            "elapsed_s": parse_slurm_duration(fields.get("RunTime", "")),
+            "node": None if node in (None, "(null)") else node}
+
+
+def final_states(ids: List[str], env: Dict[str, str]) -> Dict[str, Dict[str, Any]]:
+    """How jobs that left the queue ended: sacct, else sacct -c, else scontrol show job."""
+    found: Dict[str, Dict[str, Any]] = {}
+    if not ids:
+        return found
+    base = ["sacct", "--parsable2", "--jobs=" + ",".join(ids), "--format=" + SACCT_FIELDS]
+    rc, out, _ = _run([*base, "--allocations"], env)
+    if rc == 0 and out.strip():
+        found.update(_final_from_rows(parse_sacct(out), "sacct"))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        # Without slurmdbd: the jobcomp file (JobCompType=jobcomp/filetxt), one row per end.
+        rc, out, _ = _run(["sacct", "--completion", "--parsable2",
+                           "--jobs=" + ",".join(missing), "--format=" + SACCT_FIELDS], env)
+        if rc == 0 and out.strip():
+            found.update(_final_from_rows(parse_sacct(out), "jobcomp"))
+    for slurm_id in [i for i in ids if i not in found]:
+        doc = _scontrol_final(slurm_id, env)
+        if doc is not None:
+            found[slurm_id] = doc
+    return found
+
+
+# ---------------------------------------------------------------- the live view
+
+def refresh(qdir: str, events: List[Dict[str, Any]],
+            cache: Optional[Dict[str, Any]] = None) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Slurm job records with Slurm's current word on each; records finals it learns."""
+    jobs = fold_slurm(events)
+    if not jobs:
+        return [], []
+    config = slurm_config(events)
+    env = command_env(config)
+    warnings: List[str] = []
+    now = time.time()
+    open_jobs = {str(j["slurm_id"]): j for j in jobs.values()
+                 if j["slurm_id"] and j["state"] in ("queued", "running")}
+    live: Dict[str, Dict[str, Any]] = {}
+    ended: Dict[str, Dict[str, Any]] = {}
+    try:
+        live = squeue_rows(sorted(open_jobs), env)
+        gone = [i for i in sorted(open_jobs) if i not in live]
+        ended = final_states(gone, env)
+    except SlurmError as exc:
+        warnings.append(str(exc))
+    finals = []
+    for slurm_id, job in open_jobs.items():
+        row = live.get(slurm_id)
+        attempt = job["attempts"][-1] if job["attempts"] else None
+        if row is not None:
+            _apply_live(job, attempt, row, now)
+        elif slurm_id in ended:
+            finals.append((job, attempt, ended[slurm_id]))
+        elif not warnings:
+            job["reason"] = "not in squeue, sacct or scontrol (yet)"
+    for job in jobs.values():
+        _attach_runs(qdir, job)
+    if finals:
+        writer = EventWriter(qdir)
+        try:
+            for job, attempt, doc in finals:
+                runs = (attempt or {}).get("runs") or []
+                code = doc.get("exit_code")
+                if runs and runs[-1].get("exit_code") is not None and doc["state"] != "CANCELLED":
+                    code = runs[-1]["exit_code"]  # the job's own code, as the script saw it
+                ev = writer.append("slurm_final", job=job["id"], slurm_id=job["slurm_id"],
+                                   state=doc["state"], exit_code=code, signal=doc.get("signal"),
+                                   elapsed_s=doc.get("elapsed_s"), node=doc.get("node"),
+                                   source=doc.get("source"), end=time.time())
+                events.append(ev)
+        finally:
+            writer.close()
+        return refresh_records(qdir, events, jobs), warnings
+    return list(jobs.values()), warnings
+
+
+def refresh_records(qdir: str, events: List[Dict[str, Any]],
+                    live_jobs: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Re-fold after finals were recorded, keeping the live fields of jobs still open."""
+    jobs = fold_slurm(events)
+    for job_id, job in jobs.items():
+        before = live_jobs.get(job_id)
+        if before is not None and job["state"] in ("queued", "running"):
+            jobs[job_id] = before
+        _attach_runs(qdir, jobs[job_id])
+    return list(jobs.values())
+
+
+def _attach_runs(qdir: str, job: Dict[str, Any]) -> None:
+    """Each attempt's script runs (one per requeue) and the current attempt's restarts."""
+    for attempt in job["attempts"]:
+        if attempt.get("slurm_id"):
+            attempt["runs"] = _run_records(qdir, job["id"], str(attempt["slurm_id"]))
+    if job["attempts"]:
+        runs = job["attempts"][-1].get("runs") or []
+        job["restarts"] = max([int(r.get("restart") or 0) for r in runs] or [0])
+
+
+def _apply_live(job: Dict[str, Any], attempt: Optional[Dict[str, Any]], row: Dict[str, Any],
+                now: float) -> None:
+    state = str(row.get("T") or "")
+    job["slurm_state"] = state
+    reason = row.get("r")
+    job["reason"] = None if reason in (None, "None") else reason
+    job["node"] = row.get("N")
+    job["elapsed_s"] = parse_slurm_duration(row.get("M") or "")
+    limit = parse_slurm_duration(row.get("l") or "")
+    job["time_limit_s"] = limit if limit is not None else job["time_limit_s"]
+    left = parse_slurm_duration(row.get("L") or "")
+    if state in RUNNING_STATES:
+        job["state"] = "running"
+        job["time_left_s"] = left
+        job["end_time"] = now + left if left is not None else None
+        if attempt is not None and job["elapsed_s"] is not None:
+            attempt["start"] = now - job["elapsed_s"]
+    else:
+        job["state"] = "queued"
+        job["time_left_s"], job["end_time"] = None, None
+
+
+# ---------------------------------------------------------------- the batch script
+
+def _directive_value(what: str, value: str) -> str:
+    if not _SAFE_DIRECTIVE.match(value):
+        raise SlurmError(f"{what} {value!r} cannot go into an #SBATCH line (whitespace, quotes "
+                         f"or '#'); choose another path")
+    return value
+
+
+def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str],
+                  log: str, runs_dir: str, ckpt_dir: str, pythonpath: str,
+                  name: Optional[str], time_limit: Optional[str], signal_lead_s: int,
+                  cpus_per_task: Optional[int], gpus: Optional[int],
+                  partition: Optional[str], max_requeues: int = DEFAULT_MAX_REQUEUES) -> str:
+    """The sbatch script of one job; every shell word is quoted on its own (shlex.quote)."""
+    q = shlex.quote
+    job_name = _NAME_BAD.sub("_", name or job_id)[:64] or job_id
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name}",
+             f"#SBATCH --output={_directive_value('log path', log)}",
+             "#SBATCH --open-mode=append", "#SBATCH --requeue"]
+    if signal_lead_s > 0:
+        lines.append(f"#SBATCH --signal=B:USR1@{int(signal_lead_s)}")
+    if time_limit:
+        lines.append(f"#SBATCH --time={time_limit}")
+    if cpus_per_task:
+        lines.append(f"#SBATCH --cpus-per-task={int(cpus_per_task)}")
+    if gpus:
+        lines.append(f"#SBATCH --gres=gpu:{int(gpus)}")
+    if partition:
+        lines.append(f"#SBATCH --partition={_directive_value('partition', partition)}")
+    lines += [
+        f"# Written by gpuroom for queue {queue} job {job_id}; `queue relaunch` submits this",
+        "# file again unchanged. The warning signal reaches only this shell: it is forwarded",
+        "# to the job, which saves at a step boundary (SLURM1); a job that exits 0 after the",
+        "# warning is requeued (same Slurm id) and resumes from its checkpoint.",
+        "set -u",
+        "export PYTHONUNBUFFERED=1",
+        f"export GPUROOM_JOB_ID={q(job_id)}",
+        f"export GPUROOM_CKPT_DIR={q(ckpt_dir)}",
+        "# SLURM3: since 22.05 srun does not read SLURM_CPUS_PER_TASK; this reaches every srun.",
+        'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then',
+        '  export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
+        "fi",
+    ]
+    for key, value in sorted(env.items()):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise SlurmError(f"environment name {key!r} is not a shell variable name")
+        lines.append(f"export {key}={q(value)}")
+    # As on a box: gpuroom.remote.checkpoint imports first, the job's own PYTHONPATH after.
+    lines.append(f'export PYTHONPATH={q(pythonpath)}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    record = os.path.join(runs_dir, job_id)
+    lines += [
+        'restart="${SLURM_RESTART_COUNT:-0}"',
+        "started=$(date +%s)",
+        f'echo "=== gpuroom {job_id} slurm ${{SLURM_JOB_ID}} run ${{restart}} '
+        f'$(date +%Y-%m-%dT%H:%M:%S%z) node $(hostname) ==="',
+        f"cd -- {q(cwd)} || exit 111",
+        "warned=0",
+        "child=",
+        "forward() {",
+        "  warned=1",
+        '  echo "=== gpuroom: walltime warning (SIGUSR1): forwarded to the job ==="',
+        '  if [ -n "$child" ]; then kill -USR1 "$child" 2>/dev/null; fi',
+        "}",
+        "trap forward USR1",
+        # At the wall or on scancel Slurm signals every process; this shell stays to record.
+        "trap 'if [ -n \"$child\" ]; then kill -TERM \"$child\" 2>/dev/null; fi' TERM",
+        " ".join(q(a) for a in argv) + " &",
+        "child=$!",
+        "while :; do",
+        '  wait "$child"; rc=$?',
+        '  kill -0 "$child" 2>/dev/null || break  # wait was cut short by a trapped signal',
+        "done",
+        "requeue=0",
+        f'if [ "$warned" = 1 ] && [ "$rc" = 0 ] && [ "$restart" -lt {int(max_requeues)} ]; then',
+        "  requeue=1",
+        "fi",
+        f'rec={q(record)}".s${{SLURM_JOB_ID}}.r${{restart}}.json"',
+        "printf '{\"slurm_id\":\"%s\",\"restart\":%s,\"start\":%s,\"end\":%s,"
+        "\"exit_code\":%s,\"warned\":%s,\"requeue\":%s}\\n' \"$SLURM_JOB_ID\" \"$restart\" "
+        "\"$started\" \"$(date +%s)\" \"$rc\" \"$warned\" \"$requeue\" > \"$rec.tmp\" "
+        "&& mv -f \"$rec.tmp\" \"$rec\"",
+        'if [ "$requeue" = 1 ]; then',
+        '  echo "=== gpuroom: stopped at the warning, exit 0: scontrol requeue $SLURM_JOB_ID ==="',
+        '  scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        '  echo "=== gpuroom: scontrol requeue failed: the job ends here ==="',
+        "fi",
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomic(path: str, text: str, mode: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _submit(qdir: str, job: Dict[str, Any], env: Dict[str, str],
+            writer: EventWriter) -> Dict[str, Any]:
+    script = os.path.join(qdir, str(job["script"]))
+    rc, out, err = _run(["sbatch", "--parsable", script], env)
+    slurm_id = out.strip().split(";")[0] if rc == 0 else ""
+    if rc != 0 or not slurm_id.isdigit():
+        why = f"sbatch failed (exit {rc}): {(err or out).strip()[-300:]}"
+        writer.append("slurm_submit_failed", job=job["id"], why=why)
+        return {"ok": False, "job": job["id"], "error": why}
+    attempt = len(job["attempts"]) + 1
+    writer.append("slurm_submitted", job=job["id"], attempt=attempt, slurm_id=slurm_id)
+    return {"ok": True, "job": job["id"], "slurm_id": slurm_id, "attempt": attempt}
+
+
+def _read(qdir: str) -> List[Dict[str, Any]]:
+    reader = EventReader(qdir)
+    reader.refresh()
+    return reader.events
+
+
+def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str],
+        name: Optional[str], gpus: Optional[int], durable_dir: Optional[str],
+        time_limit: Optional[str], signal_lead_s: Optional[int],
+        cpus_per_task: Optional[int], partition: Optional[str]) -> Dict[str, Any]:
+    qdir = queue_dir(root, queue)
+    config = slurm_config(_read(qdir)) if os.path.exists(qdir) else slurm_config([])
+    time_limit = time_limit or config.get("time")
+    if time_limit and not _TIME_RE.match(time_limit):
+        raise SlurmError(f"--time {time_limit!r}: use Slurm's forms (M, M:S, H:M:S, D-H:M:S)")
+    lead = int(config["signal_lead_s"] if signal_lead_s is None else signal_lead_s)
+    limit_s = parse_slurm_duration(time_limit) if time_limit else None
+    if limit_s is not None and lead >= limit_s:
+        raise SlurmError(f"--signal-lead {lead}s is not shorter than --time {time_limit}: the "
+                         f"warning would come at the start")
+    cpus = cpus_per_task if cpus_per_task is not None else config.get("cpus_per_task")
+    partition = partition or config.get("partition")
+    for sub in ("logs", "run", "slurm"):
+        os.makedirs(os.path.join(qdir, sub), exist_ok=True)
+    writer = EventWriter(qdir)
+    try:
+        # The id is the seq of the add, as for box jobs: reserve it, then write the script.
+        writer.lock()
+        try:
+            seq = _last_seq_and_newline(writer.fd)[0] + 1
+            job_id = f"j{seq}"
+            dest_base = durable_dir or root
+            ckpt_dir = os.path.join(dest_base, "ckpt", queue, job_id)
+            script_rel = os.path.join("slurm", f"{job_id}.sbatch")
+            text = render_script(
+                job_id, queue, argv=argv, cwd=cwd, env=env,
+                log=os.path.join(qdir, "logs", f"{job_id}.log"),
+                runs_dir=os.path.join(qdir, "run"), ckpt_dir=ckpt_dir,
+                pythonpath=import_path(root), name=name, time_limit=time_limit,
+                signal_lead_s=lead, cpus_per_task=cpus, gpus=gpus, partition=partition)
+            _write_atomic(os.path.join(qdir, script_rel), text, 0o700)
+            os.makedirs(ckpt_dir, exist_ok=True)
+            ev = writer.append_locked("slurm_added", {
+                "name": name, "argv": argv, "cwd": cwd, "env": env, "gpus": gpus,
+                "durable_dir": durable_dir, "time": time_limit, "signal_lead_s": lead,
+                "cpus_per_task": cpus, "partition": partition, "script": script_rel,
+                "ckpt_dir": ckpt_dir})
+        finally:
+            writer.unlock()
+        assert ev["seq"] == seq
+        job = fold_slurm([ev])[job_id]
+        result = _submit(qdir, job, command_env(config), writer)
+    finally:
+        writer.close()
+    result.update({"queue": queue, "seq": seq, "backend": BACKEND})
+    return result
+
+
+def find_job(root: str, queue: str, job_id: str) -> Optional[Dict[str, Any]]:
+    qdir = queue_dir(root, queue)
+    if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
+        return None
+    return fold_slurm(_read(qdir)).get(job_id)
+
+
+def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dict[str, Any]:
+    """scancel, then wait (bounded) until Slurm has let the job go and record how it ended."""
+    qdir = queue_dir(root, queue)
+    events = _read(qdir)
+    job = fold_slurm(events).get(job_id)
+    base = {"queue": queue, "job": job_id}
+    if job is None or not job["slurm_id"]:
+        return {**base, "ok": False, "error": f"no submitted Slurm job {job_id}"}
+    if job["state"] not in ("queued", "running"):
+        return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
+    env = command_env(slurm_config(events))
+    slurm_id = str(job["slurm_id"])
+    rc, _, err = _run(["scancel", slurm_id], env)
+    if rc != 0:
+        return {**base, "ok": False, "slurm_id": slurm_id,
+                "error": f"scancel failed (exit {rc}): {err.strip()[-300:]}"}
+    deadline = time.monotonic() + wait_s
+    while True:
+        jobs, _warnings = refresh(qdir, _read(qdir))
+        now_job = next((j for j in jobs if j["id"] == job_id), None)
+        if now_job is not None and now_job["state"] not in ("queued", "running"):
+            return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
+                    "state": now_job["state"], "slurm_state": now_job["slurm_state"]}
+        if time.monotonic() >= deadline:
+            return {**base, "ok": False, "slurm_id": slurm_id,
+                    "error": f"scancel sent; Slurm still lists {slurm_id} after {wait_s:.0f}s"}
+        time.sleep(0.5)
+
+
+def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
+    """Submit the job's identical script again: a new attempt, the same checkpoint dir."""
+    qdir = queue_dir(root, queue)
+    events = _read(qdir)
+    jobs, _ = refresh(qdir, events)
+    job = next((j for j in jobs if j["id"] == job_id), None)
+    base = {"queue": queue, "job": job_id}
+    if job is None:
+        return {**base, "ok": False, "error": f"no Slurm job {job_id}"}
+    if job["state"] in ("queued", "running"):
+        return {**base, "ok": False, "result": "rejected",
+                "error": f"job is {job['state']}; kill it first"}
+    writer = EventWriter(qdir)
+    try:
+        doc = _submit(qdir, job, command_env(slurm_config(events)), writer)
+    finally:
+        writer.close()
+    doc.update(base)
+    doc["result"] = "requeued" if doc["ok"] else "rejected"
+    return doc
+
+
+def configure(root: str, queue: str, **fields: Any) -> Dict[str, Any]:
+    writer = EventWriter(queue_dir(root, queue))
+    try:
+        ev = writer.append("slurm_configured", **{k: v for k, v in fields.items()
+                                                  if v is not None})
+    finally:
+        writer.close()
+    return ev
+
+
+def is_default(root: str, queue: str) -> bool:
+    """Whether ``queue add`` without --backend means Slurm for this queue."""
+    qdir = queue_dir(root, queue)
+    if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
+        return False
+    return slurm_config(_read(qdir)).get("backend") == BACKEND
+
+
+def emit_error(exc: Exception) -> int:
+    sys.stdout.write(json.dumps({"ok": False, "error": str(exc)}) + "\n")
+    return 2
+
+
+__all__ = ["BACKEND", "SlurmError", "add", "configure", "final_states", "find_job",
+           "fold_slurm", "is_default", "kill", "refresh", "relaunch", "render_script",
+           "slurm_config", "split_job_id", "squeue_rows"]
