@@ -18,7 +18,7 @@ from . import config as cfg
 from .fleet import Fleet
 from .link import ExecResult, LinkError
 from .sanitize import display_line
-from .view import slurm_summary
+from .slurmview import queue_backend, slurm_summary
 
 LOG_CHUNK_BYTES = 256 << 10
 FOLLOW_INTERVAL_S = 1.0
@@ -66,13 +66,14 @@ def add_cli(sub: Any) -> None:
     queue.set_defaults(func=cmd_queue)
 
 
-def _fleet(args: argparse.Namespace) -> Fleet:
+def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
+    """The fleet and the host's queue backend (``slurm`` when its profile is slurm)."""
     config = cfg.load(args.config and __import__("pathlib").Path(args.config))
-    names = [h.name for h in config.effective_hosts()]
-    if args.host not in names:
+    hosts = {h.name: h for h in config.effective_hosts()}
+    if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(names)}). Fix: gpuroom hosts add {args.host}")
-    return Fleet(config)
+                              f"(have: {', '.join(hosts)}). Fix: gpuroom hosts add {args.host}")
+    return Fleet(config), queue_backend(hosts[args.host].profile)
 
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
@@ -106,9 +107,8 @@ def _slurm_opts(args: argparse.Namespace) -> list[str]:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    fleet = _fleet(args)
+    fleet, backend = _fleet(args)
     link = fleet.link(args.host)
-    backend = fleet.queue_backend(args.host)
     try:
         if args.queue_cmd == "add":
             argv = list(args.argv)
