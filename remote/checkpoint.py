@@ -61,6 +61,10 @@ _CONTAINER_SLACK_BYTES = _MIB
 # the rest, so the final fsync finds little left to write (see _WritebackWriter).
 _WRITEBACK_CHUNK_BYTES = 8 * _MIB
 _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-back of dirty pages in range, no wait
+# The async staging copy: pieces threads take in turn, and the size below which one thread
+# copies everything (starting threads costs more than it saves there).
+_COPY_CHUNK_BYTES = 16 * _MIB
+_PARALLEL_COPY_MIN_BYTES = 64 * _MIB
 _DEFAULT_STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -375,12 +379,14 @@ def _tensor_bytes(obj: Any) -> Tuple[int, int]:
 
 
 def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...], Any],
-                  memo: Dict[int, Any]) -> Any:
+                  memo: Dict[int, Any], copies: List[Tuple[Any, Any]]) -> Any:
     """A deep copy of ``obj`` whose tensors live in CPU memory, for a background write.
 
-    Dense tensors are copied into buffers kept from the previous async save when the shape
-    and dtype still match: a fresh 1 GiB allocation costs more page faults than the copy.
-    The caller guarantees no write still reads those buffers (at most one save in flight).
+    Dense tensors get buffers kept from the previous async save when the shape and dtype
+    still match (a fresh 1 GiB allocation costs more page faults than the copy); the
+    (buffer, source) pairs are appended to ``copies`` for ``_copy_into_buffers``, which must
+    run before the staged tree is used. The caller guarantees no write still reads those
+    buffers (at most one save in flight).
     """
     import torch
 
@@ -393,14 +399,14 @@ def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...],
             if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
                 buf = torch.empty(src.shape, dtype=src.dtype, device="cpu")
                 buffers[key] = buf
-            buf.copy_(src)  # synchronous for CUDA sources: the snapshot is complete on return
+            copies.append((buf, src))
             out = buf
         else:
             out = src.to("cpu", copy=True)
         memo[id(obj)] = out
         return out
     if isinstance(obj, dict):
-        items = [(k, _stage_to_cpu(v, (*key, k), buffers, memo)) for k, v in obj.items()]
+        items = [(k, _stage_to_cpu(v, (*key, k), buffers, memo, copies)) for k, v in obj.items()]
         try:
             staged = type(obj)()
         except TypeError:
@@ -408,12 +414,73 @@ def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...],
         staged.update(items)
         return staged
     if type(obj) is list:
-        return [_stage_to_cpu(v, (*key, i), buffers, memo) for i, v in enumerate(obj)]
+        return [_stage_to_cpu(v, (*key, i), buffers, memo, copies) for i, v in enumerate(obj)]
     if type(obj) is tuple:
-        return tuple(_stage_to_cpu(v, (*key, i), buffers, memo) for i, v in enumerate(obj))
+        return tuple(_stage_to_cpu(v, (*key, i), buffers, memo, copies)
+                     for i, v in enumerate(obj))
     if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         return obj
     return copy.deepcopy(obj)
+
+
+def _copy_threads() -> int:
+    """Threads for the staging copy: the CPUs this process may run on, at most 4.
+
+    A copy is bound by memory bandwidth, which a few cores saturate; more threads only add
+    start-up and contention.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))  # a Slurm or container CPU set, not the host's
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def _copy_into_buffers(copies: List[Tuple[Any, Any]]) -> None:
+    """Fill the staging buffers; returns once every byte is in CPU memory.
+
+    Host-to-host copies are cut into ``_COPY_CHUNK_BYTES`` pieces that a few threads take in
+    turn: copy_ releases the GIL, so the training thread is blocked for the copy at the
+    memory bandwidth of several cores instead of one, whatever torch's own thread count is
+    (and a thread the OS does not schedule only leaves its pieces to the others). Other
+    sources (CUDA, ...) are copied one tensor at a time; copy_ to pageable memory returns
+    only when the data has arrived.
+    """
+    jobs: List[Tuple[Any, Any]] = []
+    host_bytes = 0
+    for buf, src in copies:
+        if src.device.type != "cpu" or not src.is_contiguous() or src.numel() == 0:
+            buf.copy_(src)
+            continue
+        flat_src, flat_buf = src.view(-1), buf.view(-1)
+        step = max(1, _COPY_CHUNK_BYTES // src.element_size())
+        for start in range(0, flat_src.numel(), step):
+            jobs.append((flat_buf[start : start + step], flat_src[start : start + step]))
+        host_bytes += src.numel() * src.element_size()
+    threads = _copy_threads() if host_bytes >= _PARALLEL_COPY_MIN_BYTES else 1
+    if threads == 1:
+        for dst, part in jobs:
+            dst.copy_(part)
+        return
+    pending = iter(jobs)  # next() on a list iterator is atomic under the GIL
+    errors: List[BaseException] = []
+
+    def drain() -> None:
+        try:
+            for dst, part in pending:
+                dst.copy_(part)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors.append(exc)
+
+    helpers = [threading.Thread(target=drain, name="gpuroom-checkpoint-copy", daemon=True)
+               for _ in range(threads - 1)]
+    for helper in helpers:
+        helper.start()
+    drain()
+    for helper in helpers:
+        helper.join()
+    if errors:
+        raise errors[0]
 
 
 def _is_weights_only_refusal(exc: BaseException) -> bool:
@@ -633,7 +700,9 @@ class Checkpointer:
             # unlink of a 1 GiB checkpoint is a synchronous TRIM of about a second.
             self._start_background(self._background_prune, (int(step),), f"prune-{step}")
             return final
-        staged = _stage_to_cpu(payload, (), self._staging, {})
+        copies: List[Tuple[Any, Any]] = []
+        staged = _stage_to_cpu(payload, (), self._staging, {}, copies)
+        _copy_into_buffers(copies)
         self._start_background(self._background_commit, (staged, int(step)), f"save-{step}")
         return None
 

@@ -412,6 +412,45 @@ def test_async_reuses_staging_and_each_save_keeps_its_own_content(tmp_path: Path
         assert torch.all(payload["model"]["weight"] == step)
 
 
+def test_async_parallel_staging_copy_is_exact(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tiny pieces and no size floor, so this small state goes through the threaded path.
+    monkeypatch.setattr(ckmod, "_PARALLEL_COPY_MIN_BYTES", 0)
+    monkeypatch.setattr(ckmod, "_COPY_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(ckmod, "_copy_threads", lambda: 3)
+    threads_used: set[str] = set()
+    real_copy = torch.Tensor.copy_
+
+    def tracking_copy(self: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
+        threads_used.add(threading.current_thread().name)
+        return real_copy(self, src, *args, **kwargs)
+
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(300, 301, generator=gen)  # 361 KB: 89 pieces
+    extra = {
+        "transposed": torch.randn(64, 48, generator=gen).t(),  # not contiguous: one copy
+        "ints": torch.arange(10_000, dtype=torch.int64),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.empty(0, 7),
+        "tied": [weight, weight],
+    }
+    expected = {k: v.clone() for k, v in extra.items() if isinstance(v, torch.Tensor)}
+    expected_weight = weight.clone()
+    monkeypatch.setattr(torch.Tensor, "copy_", tracking_copy)
+    ck = Checkpointer(tmp_path)
+    ck.save(1, extra=extra, block=False)
+    monkeypatch.setattr(torch.Tensor, "copy_", real_copy)
+    weight.fill_(-1.0)  # the loop moves on while the writer runs
+    extra["ints"].zero_()
+    ck.wait()
+    payload = torch.load(ck.path_for(1), weights_only=True)["extra"]
+    for name in ("transposed", "ints", "scalar", "empty"):
+        assert torch.equal(payload[name], expected[name]), name
+    assert torch.equal(payload["tied"][0], expected_weight)
+    assert payload["tied"][0] is payload["tied"][1]  # tied tensors stay one tensor
+    assert "MainThread" in threads_used  # the caller copies too; helpers may take pieces
+
+
 def test_at_most_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     active, peak = [0], [0]
     guard = threading.Lock()
