@@ -1,11 +1,13 @@
 """Pull a job's outputs from a box: manifest, resumable download, hash check, load test.
 
 Order per file (the teardown gate trusts only what this module recorded):
-  manifest on the box -> path safety -> download to NAME.part, resuming from its size (U12)
-  -> sha256 of the whole .part against the manifest -> rename to NAME only on a match. A
-  mismatch re-takes the manifest for that file and re-fetches from zero once (a file that
-  changed during the pull is fetched again, never mixed); a second mismatch is a failure and
-  leaves no NAME. Then torch files are load-tested on the jump host when torch is there.
+  manifest on the box -> path safety -> download to NAME.part, resuming from its size (U12;
+  SFTP on the link, or ``rsync --append`` over the same ssh alias for big files when both
+  ends have rsync) -> sha256 of the whole .part against the manifest, read behind the writer
+  -> rename to NAME only on a match. A mismatch re-takes the manifest for that file and
+  re-fetches from zero once (a file that changed during the pull is fetched again, never
+  mixed); a second mismatch is a failure and leaves no NAME. Then torch files are
+  load-tested on the jump host when torch is there.
 Verified pulls land in ``user_state_dir("gpuroom")/pulls.json``, written atomically, so the
 gate survives restarts.
 """
