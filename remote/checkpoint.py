@@ -424,11 +424,16 @@ def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...],
 
 
 def _copy_threads() -> int:
-    """Threads for the staging copy: the CPUs this process may run on, at most 4.
+    """Threads of our own for the staging copy: the CPUs this process may run on, at most 4.
 
-    A copy is bound by memory bandwidth, which a few cores saturate; more threads only add
-    start-up and contention.
+    One when torch runs intra-op threads: copy_ then spreads each piece over those already,
+    and our threads on top would each start a team of them. A copy is bound by memory
+    bandwidth, which a few cores saturate; more threads only add start-up and contention.
     """
+    import torch
+
+    if torch.get_num_threads() > 1:
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))  # a Slurm or container CPU set, not the host's
     except (AttributeError, OSError):
@@ -440,9 +445,10 @@ def _copy_into_buffers(copies: List[Tuple[Any, Any]]) -> None:
     """Fill the staging buffers; returns once every byte is in CPU memory.
 
     Host-to-host copies are cut into ``_COPY_CHUNK_BYTES`` pieces that a few threads take in
-    turn: copy_ releases the GIL, so the training thread is blocked for the copy at the
-    memory bandwidth of several cores instead of one, whatever torch's own thread count is
-    (and a thread the OS does not schedule only leaves its pieces to the others). Other
+    turn: copy_ releases the GIL, so where torch is limited to one thread (a common setting
+    with one process per GPU) the training thread is still blocked for the copy at the
+    memory bandwidth of several cores, and a thread the OS does not schedule only leaves its
+    pieces to the others. Other
     sources (CUDA, ...) are copied one tensor at a time; copy_ to pageable memory returns
     only when the data has arrived.
     """
