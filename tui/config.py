@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ class HostConfig:
     pull_to: str | None = None
     teardown_command: list[str] | None = None
     python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
+    # When billing started, if not at the box's boot (a stopped-then-started box, a reused one).
+    rented_at: float | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
 
     def to_toml(self) -> dict[str, Any]:
@@ -89,6 +92,8 @@ class HostConfig:
             out["teardown_command"] = list(self.teardown_command)
         if self.python != "python3":
             out["python"] = self.python
+        if self.rented_at is not None:
+            out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
         return out
 
 
@@ -98,6 +103,9 @@ class Settings:
     down_after_s: float = 120.0  # STALE for this long without an answer -> DOWN
     ssh_config: str | None = None  # defaults to ~/.ssh/config
     poll_mode: str = "serve"  # or "exec"
+    bell: bool = False  # ring the terminal bell once per new critical banner item
+    # argv run once per new critical item, the item's text appended as the last argument.
+    notify_command: list[str] | None = None
 
 
 @dataclass
@@ -126,7 +134,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python"}
+              "teardown_command", "python", "rented_at"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -192,9 +200,30 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
     else:
         problems.append("python must be an interpreter name or absolute path, e.g. "
                         "\"python3.10\" or \"/opt/conda/bin/python\"")
+    rented = raw.get("rented_at")
+    if rented is not None:
+        at = parse_rented_at(rented)
+        if at is None:
+            problems.append("rented_at must be a date-time with its offset, e.g. "
+                            "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
+        else:
+            host.rented_at = at
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host
+
+
+def parse_rented_at(value: Any) -> float | None:
+    """A TOML offset date-time (or the same as an ISO string) as epoch seconds; a date-time
+    without an offset is refused: the jump host's and the provider's zones often differ."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.timestamp()
+    return None
 
 
 def _parse_settings(path: Path, raw: Any) -> Settings:
@@ -219,9 +248,21 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
                 raise _err(path, "[settings] poll_mode", f"{value!r} is not a mode",
                            "use \"serve\" or \"exec\"")
             settings.poll_mode = value
+        elif key == "bell":
+            if not isinstance(value, bool):
+                raise _err(path, "[settings] bell", "must be true or false", "e.g. bell = true")
+            settings.bell = value
+        elif key == "notify_command":
+            if not (isinstance(value, list) and value
+                    and all(isinstance(a, str) and a for a in value)):
+                raise _err(path, "[settings] notify_command",
+                           "must be an argv list of strings, not a shell string",
+                           "e.g. notify_command = [\"notify-send\", \"gpuroom\"]")
+            settings.notify_command = list(value)
         else:
             raise _err(path, f"[settings] {key}", "unknown key",
-                       "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode)")
+                       "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
+                       "bell, notify_command)")
     return settings
 
 
@@ -259,7 +300,8 @@ def save(config: Config) -> None:
     doc: dict[str, Any] = {}
     s = config.settings
     defaults = Settings()
-    keys = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode")
+    keys = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode", "bell",
+            "notify_command")
     settings = {k: getattr(s, k) for k in keys if getattr(s, k) != getattr(defaults, k)}
     if settings:
         doc["settings"] = settings

@@ -36,6 +36,7 @@ class HostState:
     last_ok: float | None = None  # time.time() of the last good snapshot
     last_try: float | None = None
     price_per_hour: float | None = None
+    rented_at: float | None = None  # epoch seconds billing started, when not at boot
     polls_ok: int = 0
     polls_failed: int = 0
     # Actions sent to the box that no probe has confirmed yet (principle 3).
