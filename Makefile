@@ -53,8 +53,13 @@ system-deps:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# mypy cannot follow setuptools' editable finder (gpuroom.tui -> tui/), so it would type every
+# gpuroom.* import as Any; a link tree under build/ gives it the installed layout.
+TYPECHECK_TREE := build/typecheck/gpuroom
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy tui widgets profiles
+	@mkdir -p $(TYPECHECK_TREE)
+	@for d in tui widgets profiles remote; do ln -sfn ../../../$$d $(TYPECHECK_TREE)/$$d; done
+	MYPYPATH=build/typecheck $(VENV)/bin/mypy -p gpuroom.tui -p gpuroom.widgets -p gpuroom.profiles
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)

@@ -313,4 +313,5 @@ async def test_stale_host_and_new_log_bytes_update_panes() -> None:
         fleet.fail("h100-a", "poll timed out", at=0)
         await pilot.pause()
         banner = app.query_one(DangerBanner)
-        assert any("h100-a STALE" in d.text for d in banner.items)
+        assert any(d.text.startswith("WARN h100-a: link stale") and "NOT mean the job died"
+                   in d.text and d.text.endswith("[GEN8]") for d in banner.items)

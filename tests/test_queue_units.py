@@ -161,3 +161,22 @@ def test_collect_reports_queues_logs_and_checkpoints(tmp_path: Path) -> None:
     # The second call reuses the session's incremental reader.
     assert collect(session, {"queue_root": str(tmp_path)})["queue"]["queues"]["default"][
         "last_seq"] == 4
+
+
+@pytest.mark.parametrize(("cli", "name", "retries", "argv"), [
+    (["queue", "add", "box", "--name", "x", "--retries", "2", "--", "python", "-c", "pass"],
+     "x", 2, ["python", "-c", "pass"]),
+    (["queue", "add", "--name", "x", "box", "--", "python", "--lr", "3"],
+     "x", 0, ["python", "--lr", "3"]),
+    (["queue", "add", "box", "--", "torchrun", "--nproc", "2", "--", "t.py"],
+     None, 0, ["torchrun", "--nproc", "2", "--", "t.py"]),
+    (["queue", "add", "box", "python", "t.py", "--", "x"], None, 0, ["python", "t.py", "--", "x"]),
+])
+def test_queue_add_options_after_host_are_options(cli: list[str], name: str | None,
+                                                  retries: int, argv: list[str]) -> None:
+    from gpuroom.tui.cli import build_parser
+    from gpuroom.tui.queue_cmd import job_argv
+
+    args = build_parser().parse_args(cli)
+    assert job_argv(args) == argv
+    assert (args.name, args.retries) == (name, retries)

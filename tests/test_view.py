@@ -14,8 +14,8 @@ from gpuroom.tui.view import (
     LogChunk,
     LogCursor,
     advance_log,
-    dangers,
     disk_rows,
+    failed_job_dangers,
     fmt_age,
     fmt_bytes,
     gpu_absence,
@@ -293,20 +293,20 @@ def test_host_row_never_polled() -> None:
     assert row.state == "DOWN: never answered" and row.gpus == "-" and row.level == "crit"
 
 
-def test_dangers_most_urgent_first() -> None:
-    stale = scenario_host("stale", "rtx-b")
-    inode = scenario_host("inode", "h100-a")
+def test_failed_job_dangers_skip_jobs_a_finding_explains() -> None:
     failed = scenario_host("failed", "h100-a")
-    throttled = scenario_host("throttle", "a10-c")
-    items = dangers([throttled, stale, inode, failed], NOW)
-    texts = [d.text for d in items]
-    assert [d.level for d in items] == sorted((d.level for d in items),
-                                              key=lambda lv: lv != "crit")
-    assert "h100-a /data inodes 99% (df -i; U7)" in texts
-    assert "h100-a job finetune failed exit 137" in texts
-    assert "rtx-b STALE 3m" in texts
-    assert any(t.startswith("a10-c GPU0 throttled") for t in texts)
-    assert dangers([up(PROBE)], NOW) == []
+    items = failed_job_dangers([failed], NOW)
+    assert [d.text for d in items] == ["CRITICAL h100-a: job finetune failed exit 137"]
+    assert items[0].level == "crit"
+    # The doctor named the job: its line says more, this one is dropped.
+    job_id = next(j.id for j in job_rows(failed, NOW) if j.state == "failed")
+    explained = [("h100-a", f"job default/{job_id} (finetune) died: cgroup OOM-kill")]
+    assert failed_job_dangers([failed], NOW, explained) == []
+    # The same title on another host, or another job's id as a prefix, explains nothing.
+    assert failed_job_dangers([failed], NOW, [("rtx-b", explained[0][1])]) == items
+    assert failed_job_dangers([failed], NOW, [("h100-a", f"job default/{job_id}0 died")]) \
+        == items
+    assert failed_job_dangers([up(PROBE)], NOW) == []
 
 
 def test_log_section_round_trip_of_the_scenario_text() -> None:

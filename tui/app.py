@@ -6,6 +6,7 @@ thing that talks to boxes, and every call to it runs in a worker so the screen n
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import subprocess
 import time
@@ -20,11 +21,18 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal
+from textual.timer import Timer
 from textual.widgets import Footer, Input
 
+from gpuroom.tui.clock import billed_seconds
+from gpuroom.tui.findings_screen import FindingsScreen
 from gpuroom.tui.fleetapi import FleetAPI
+from gpuroom.tui.gate import GateResult
+from gpuroom.tui.gate_screen import GateScreen
 from gpuroom.tui.messages import HostChanged, HostSelected, JobSelected
 from gpuroom.tui.model import HostState
+from gpuroom.tui.outputs import result_lines
+from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.screens import (
     KEYS,
     AddJobRequest,
@@ -32,13 +40,16 @@ from gpuroom.tui.screens import (
     ConfirmScreen,
     HelpScreen,
 )
+from gpuroom.tui.transfer import Progress
 from gpuroom.tui.view import (
     ENDED_JOB_STATES,
     HISTORY_LEN,
+    Danger,
     GpuView,
     JobRow,
-    dangers,
+    billed_cell,
     disk_rows,
+    failed_job_dangers,
     gpu_absence,
     gpu_rows,
     host_row,
@@ -49,6 +60,7 @@ from gpuroom.tui.view import (
     pending_relaunch,
     still_pending,
 )
+from gpuroom.tui.watch import FleetWatch
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
 from gpuroom.widgets.gpu import GpuPanel
@@ -57,6 +69,11 @@ from gpuroom.widgets.logtail import LogTail
 from gpuroom.widgets.queue import QueueTable
 
 Spawn = Callable[[list[str]], int]
+NOTIFY_TIMEOUT_S = 30.0
+TEARDOWN_TIMEOUT_S = 600.0
+PROGRESS_EVERY_S = 0.5
+FLEET_PANES_EVERY_S = 0.5
+COALESCE_ABOVE_HOSTS = 20
 
 class GpuroomCommands(Provider):
     """Every action of KEYS as a ctrl+p command."""
@@ -126,11 +143,19 @@ class GpuroomApp(App[None]):
         *,
         clock: Callable[[], float] = time.time,
         spawn: Spawn = subprocess.call,
+        bell: bool = False,
+        notify_command: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.fleet = fleet
         self.clock = clock
         self._spawn = spawn
+        self._bell = bell
+        self._notify_command = list(notify_command) if notify_command else None
+        self.findings_watch = FleetWatch()
+        self._fleet_timer: Timer | None = None
+        self._fleet_at = 0.0
+        self._log_fed: tuple[str, object] | None = None
         self.selected_host: str | None = None
         self.host_filter = ""
         self._job_choice: dict[str, str] = {}  # host -> job the user picked
@@ -165,7 +190,7 @@ class GpuroomApp(App[None]):
     @work(group="fleet", exit_on_error=False)
     async def _run_fleet(self) -> None:
         try:
-            await self.fleet.run(lambda host: self.post_message(HostChanged(host)))
+            await self.fleet.run(self._fleet_changed)
         except Exception as exc:
             self.notify(
                 f"fleet polling stopped: {exc}. Fix: check the hosts config, then restart.",
@@ -173,6 +198,41 @@ class GpuroomApp(App[None]):
                 timeout=30,
             )
             raise
+
+    def _fleet_changed(self, host: str) -> None:
+        """Called by the fleet in the event loop after every poll outcome. The doctor sees
+        each outcome here, before HostChanged notices merge on a busy screen."""
+        h = self.host(host)
+        if h is not None:
+            self.findings_watch.observe(h, self.clock())
+        self.post_message(HostChanged(host))
+
+    def _alert(self) -> None:
+        fresh = self.findings_watch.new_criticals(self.fleet.hosts(), self.clock())
+        if not fresh:
+            return
+        if self._bell:
+            self.bell()
+        if self._notify_command:
+            for line in fresh:
+                self._run_notify(line)
+
+    @work(group="notify", exit_on_error=False)
+    async def _run_notify(self, line: str) -> None:
+        argv = [*(self._notify_command or []), sanitize_line(line)]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE)
+            _, err = await asyncio.wait_for(proc.communicate(), NOTIFY_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.notify(f"notify_command {argv[0]} failed: {exc!r}. Fix: check "
+                        "[settings] notify_command in hosts.toml", severity="warning")
+            return
+        if proc.returncode:
+            self.notify(f"notify_command {argv[0]} exited {proc.returncode}: "
+                        f"{sanitize_line(err.decode(errors='replace'))[-200:]}",
+                        severity="warning")
 
     # ------------------------------------------------------------------ state -> panes
 
@@ -183,10 +243,46 @@ class GpuroomApp(App[None]):
         needle = self.host_filter.lower()
         return [h for h in self.fleet.hosts() if needle in h.name.lower()]
 
+    def _schedule_fleet_panes(self) -> None:
+        """Redraw the fleet-wide panes now, or at most every FLEET_PANES_EVERY_S on a big
+        fleet: each redraw is O(hosts), and 200 hosts polled every 5 s change 40 times a
+        second."""
+        if len(self.fleet.hosts()) <= COALESCE_ABOVE_HOSTS:
+            self._refresh_fleet_panes()
+            return
+        if self._fleet_timer is not None:
+            return
+        wait = self._fleet_at + FLEET_PANES_EVERY_S - time.monotonic()
+        if wait <= 0:
+            self._refresh_fleet_panes()
+        else:
+            self._fleet_timer = self.set_timer(wait, self._flush_fleet_panes)
+
+    def _flush_fleet_panes(self) -> None:
+        self._fleet_timer = None
+        self._refresh_fleet_panes()
+
     def _refresh_fleet_panes(self) -> None:
+        self._fleet_at = time.monotonic()
         now = self.clock()
-        self.query_one(HostsTable).hosts = tuple(host_row(h, now) for h in self._visible_hosts())
-        self.query_one(DangerBanner).items = tuple(dangers(self.fleet.hosts(), now))
+        rows = []
+        severities: dict[str, list[str]] = {}
+        findings = self.findings_watch.findings()
+        for f in findings:
+            severities.setdefault(f.host, []).append(f.severity)
+        for h in self._visible_hosts():
+            snap = h.snapshot
+            billed = billed_seconds(snap, now, h.rented_at) if snap is not None else None
+            rows.append(host_row(h, now, billed=billed_cell(h.price_per_hour, billed),
+                                 findings=severities.get(h.name, ())))
+        self.query_one(HostsTable).hosts = tuple(rows)
+        hosts = self.fleet.hosts()
+        self._alert()
+        items = [Danger("crit" if line.startswith("CRITICAL") else "warn", "", line)
+                 for line in self.findings_watch.banner(hosts, now)]
+        # A failed job the doctor did not explain still makes the banner.
+        items += failed_job_dangers(hosts, now, [(f.host, f.title) for f in findings])
+        self.query_one(DangerBanner).items = tuple(items)
 
     def _record_gpu_history(self, h: HostState) -> None:
         # One point per good snapshot, however often the host is redrawn.
@@ -247,7 +343,12 @@ class GpuroomApp(App[None]):
         if h is None or job is None or job.pending == "add":
             log.show("")
             return
-        log.show(f"{h.name}/{job.id}")
+        source = f"{h.name}/{job.id}"
+        log.show(source)
+        # One snapshot's chunk is decoded once, however often the panes redraw.
+        if self._log_fed == (source, h.snapshot) and log.cursor is not None:
+            return
+        self._log_fed = (source, h.snapshot)
         chunk = log_chunk(h.snapshot, job.id)
         if chunk is not None:
             log.append_chunk(chunk)
@@ -264,7 +365,7 @@ class GpuroomApp(App[None]):
         if h is not None:
             h.pending[:] = [p for p in h.pending if still_pending(p, h.snapshot)]
             self._record_gpu_history(h)
-        self._refresh_fleet_panes()
+        self._schedule_fleet_panes()
         if self.selected_host is None and self.fleet.hosts():
             self._select(self.fleet.hosts()[0].name)
         elif message.host == self.selected_host:
@@ -277,6 +378,9 @@ class GpuroomApp(App[None]):
     @on(JobSelected)
     def _job_selected(self, message: JobSelected) -> None:
         if message.host:
+            if self._job_choice.get(message.host) == message.job_id and \
+                    self.query_one(LogTail).source == f"{message.host}/{message.job_id}":
+                return  # the table re-announces the row it kept; the log is already there
             self._job_choice[message.host] = message.job_id
         self._refresh_log()
 
@@ -385,7 +489,110 @@ class GpuroomApp(App[None]):
         if rc:
             self.notify(f"ssh {host} exited with status {rc}", severity="warning")
 
+    def action_findings(self) -> None:
+        findings = self.findings_watch.findings()
+        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock())
+
+        def closed(clear: bool | None) -> None:
+            if clear:
+                n = self.findings_watch.clear()
+                self.notify(f"cleared {n} remembered finding(s)")
+                self._refresh_fleet_panes()
+
+        self.push_screen(FindingsScreen(findings, clocks), closed)
+
+    def action_pull(self) -> None:
+        h = self.host(self.selected_host)
+        if h is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+        job = self.query_one(QueueTable).selected_job
+        self._send_pull(h.name, job.id if job is not None and job.pending != "add" else None)
+
+    def action_gate(self) -> None:
+        if self.selected_host is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+        self._check_gate(self.selected_host)
+
     # ------------------------------------------------------------------ workers (network)
+
+    @work(exclusive=True, group="pull", exit_on_error=False)
+    async def _send_pull(self, host: str, job: str | None) -> None:
+        queue = self.query_one(QueueTable)
+        what = f"{host}/{job}" if job else f"{host} (every job)"
+        self.notify(f"pulling {what}…")
+        last = [0.0]
+
+        def progress(jid: str, p: Progress) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
+                return
+            last[0] = now
+            eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
+            queue.border_subtitle = (f"pull {jid}: {p.done >> 20}/{p.total >> 20} MiB "
+                                     f"{p.rate_bps / (1 << 20):.1f} MiB/s ETA {eta}")
+
+        try:
+            results = await self.fleet.pull(host, job, progress)
+        except Exception as exc:
+            self._failed(f"pull of {what}", host, exc,
+                         "check the host is UP; a rerun resumes where it stopped")
+            return
+        finally:
+            queue.border_subtitle = ""
+        if not results:
+            self.notify(f"{host}: no job has a checkpoint dir to pull", severity="warning")
+            return
+        bad = [(jid, r) for jid, r in results if not r.ok]
+        files = sum(len(r.files) for _, r in results)
+        if bad:
+            detail = "; ".join(sanitize_line(line) for jid, r in bad
+                               for line in result_lines(jid, r)[:3])
+            self.notify(f"pull from {host}: {len(bad)} job(s) not verified: {detail}. Fix: "
+                        "P again resumes; a file that keeps changing is still being written",
+                        severity="error", timeout=30)
+        else:
+            self.notify(f"pulled {files} file(s) of {len(results)} job(s) from {host}, all "
+                        "verified; T shows the gate", timeout=10)
+
+    @work(exclusive=True, group="gate", exit_on_error=False)
+    async def _check_gate(self, host: str) -> None:
+        self.notify(f"checking the teardown gate of {host}…")
+        try:
+            result = await self.fleet.gate(host)
+        except Exception as exc:
+            self._failed("the gate check", host, exc, "check the host is UP, then T again")
+            return
+        argv = self.fleet.teardown_argv(host)
+
+        def answered(run: bool | None) -> None:
+            if run and argv and result.safe:
+                self._run_teardown(result, argv)
+
+        self.push_screen(GateScreen(result, argv), answered)
+
+    @work(exclusive=True, group="teardown", exit_on_error=False)
+    async def _run_teardown(self, result: GateResult, argv: list[str]) -> None:
+        host = result.host
+        self.notify(f"running your teardown_command for {host}: {shlex.join(argv)}")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT)
+            out, _ = await asyncio.wait_for(proc.communicate(), TEARDOWN_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._failed("teardown_command", host, exc,
+                         "run it yourself; check [hosts.NAME] teardown_command")
+            return
+        tail = sanitize_line(out.decode(errors="replace").strip().splitlines()[-1]
+                             if out.strip() else "")
+        if proc.returncode:
+            self.notify(f"teardown_command for {host} exited {proc.returncode}: {tail}. "
+                        "Fix: the box may still bill; check your provider's console",
+                        severity="error", timeout=60)
+        else:
+            self.notify(f"teardown_command for {host} finished: {tail}", timeout=30)
 
     def _pending(self, host: str, entry: str) -> HostState | None:
         h = self.host(host)

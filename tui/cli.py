@@ -166,7 +166,67 @@ def cmd_room(args: argparse.Namespace) -> int:
     fleet = Fleet(config, recorder=recorder)
     from .app import GpuroomApp
 
-    GpuroomApp(fleet).run()
+    GpuroomApp(fleet, bell=config.settings.bell,
+               notify_command=config.settings.notify_command).run()
+    return EXIT_OK
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """Poll like the room does, with no screen, appending every outcome to FILE."""
+    config = _load(args)
+    if args.interval is not None:
+        config.settings.poll_interval_s = args.interval
+    path = Path(args.file)
+    fleet = Fleet(config, recorder=Recorder(path))
+    polls = [0]
+    total = args.polls * len(fleet.hosts()) if args.polls else None
+
+    async def record() -> None:
+        done = asyncio.Event()
+
+        def changed(_host: str) -> None:
+            polls[0] += 1
+            if total is not None and polls[0] >= total:
+                done.set()
+
+        runner = asyncio.create_task(fleet.run(changed))
+        try:
+            waiter = asyncio.create_task(done.wait())
+            await asyncio.wait([runner, waiter], timeout=args.duration,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            await fleet.close()
+
+    try:
+        asyncio.run(record())
+    except KeyboardInterrupt:
+        pass
+    print(f"recorded {polls[0]} poll(s) of {len(fleet.hosts())} host(s) to {path}",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import RecordingError, ReplayFleet, load_recording
+
+    if args.speed < 0:
+        print("gpuroom replay: --speed must be >= 0 (0 = as fast as the screen takes it)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        records = load_recording(Path(args.file))
+    except RecordingError as exc:
+        print(f"gpuroom replay: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    fleet = ReplayFleet(records, speed=args.speed)
+    from .app import GpuroomApp
+
+    app = GpuroomApp(fleet, clock=fleet.now)
+    app.sub_title = f"replay of {args.file} at {args.speed:g}x"
+    app.run()
     return EXIT_OK
 
 
@@ -200,6 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = hsub.add_parser("import")
     p.add_argument("--ssh-config", help="ssh config to read (default ~/.ssh/config)")
     hosts.set_defaults(func=cmd_hosts)
+
+    p = sub.add_parser("record", help="poll with no screen, appending every snapshot to FILE")
+    p.add_argument("file", metavar="FILE", help="JSON lines, appended (replay it with replay)")
+    p.add_argument("--interval", type=float, default=None, metavar="S",
+                   help="seconds between polls of a host (default: the config's)")
+    p.add_argument("--polls", type=int, default=None, metavar="N",
+                   help="stop after N polls of every host")
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="stop after S seconds (default: until ctrl+c)")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="open the room on a recording, with no network")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X",
+                   help="X times real time (default 1; 0 = as fast as the screen takes it)")
+    p.set_defaults(func=cmd_replay)
 
     from .queue_cmd import add_cli as add_queue_cli
 

@@ -13,11 +13,17 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .config import Config, HostConfig
 from .link import HostLink, LinkError
 from .model import HostState, LinkState, Snapshot
+from .outputs import check_gate, pull_jobs, pull_root
+from .slurmview import queue_backend
+
+if TYPE_CHECKING:
+    from .gate import GateResult
+    from .transfer import Progress, PullResult
 
 MAX_CONCURRENT_POLLS = 16
 BACKOFF_CAP_S = 60.0
@@ -58,6 +64,9 @@ class Recorder:
             "state": state.state.value,
             "error": state.error,
             "snapshot": state.snapshot if state.state is LinkState.UP else None,
+            # So a replay bills what the room billed.
+            "price_per_hour": state.price_per_hour,
+            "rented_at": state.rented_at,
         }
         self._f.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._f.flush()
@@ -77,7 +86,7 @@ class Fleet:
         self._hosts: dict[str, HostConfig] = {h.name: h for h in config.effective_hosts()}
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
-                              error=h.error)
+                              rented_at=h.rented_at, error=h.error)
             for h in self._hosts.values()
         }
         ssh_config = config.ssh_config_path()
@@ -197,7 +206,10 @@ class Fleet:
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,
                         gpus: int = 0, retries: int = 0) -> str:
-        args = ["add", "--gpus", str(gpus), "--retries", str(retries)]
+        # A slurm-profile host is a login node: the helper submits with sbatch.
+        profile = self._hosts[host].profile if host in self._hosts else None
+        args = ["add", "--backend", queue_backend(profile), "--gpus", str(gpus),
+                "--retries", str(retries)]
         if name:
             args += ["--name", name]
         out = await self._queue_call(host, *args, "--", *argv)
@@ -211,6 +223,18 @@ class Fleet:
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()
+
+    async def pull(self, host: str, job: str | None,
+                   on_progress: Callable[[str, Progress], None]) -> list[tuple[str, PullResult]]:
+        return await pull_jobs(self.link(host), pull_root(self._hosts[host]), job,
+                               on_progress=on_progress)
+
+    async def gate(self, host: str) -> GateResult:
+        return await check_gate(self.link(host))
+
+    def teardown_argv(self, host: str) -> list[str] | None:
+        cmd = self._hosts[host].teardown_command if host in self._hosts else None
+        return list(cmd) if cmd else None
 
     async def close(self) -> None:
         await asyncio.gather(*(link.close() for link in self._links.values()),

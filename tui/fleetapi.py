@@ -11,7 +11,9 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from gpuroom.tui.gate import GateResult
 from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.transfer import Progress, PullResult
 
 
 class FleetError(Exception):
@@ -38,6 +40,18 @@ class FleetAPI(Protocol):
     async def queue_relaunch(self, host: str, job_id: str) -> None: ...
 
     def ssh_argv(self, host: str) -> list[str] | None: ...
+
+    async def pull(
+        self, host: str, job: str | None, on_progress: Callable[[str, Progress], None]
+    ) -> list[tuple[str, PullResult]]:
+        """Pull each job's outputs home (verified); per job id, what happened."""
+        ...
+
+    async def gate(self, host: str) -> GateResult: ...
+
+    def teardown_argv(self, host: str) -> list[str] | None:
+        """The user's own teardown command for the host, if hosts.toml gives one."""
+        ...
 
 
 class StaticFleet:
@@ -153,3 +167,14 @@ class StaticFleet:
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self._ssh.get(host)
+
+    async def pull(
+        self, host: str, job: str | None, on_progress: Callable[[str, Progress], None]
+    ) -> list[tuple[str, PullResult]]:
+        raise FleetError(f"{host}: this is a recording; there is no box to pull from")
+
+    async def gate(self, host: str) -> GateResult:
+        raise FleetError(f"{host}: this is a recording; the gate needs the live box")
+
+    def teardown_argv(self, host: str) -> list[str] | None:
+        return None

@@ -521,7 +521,9 @@ class HostLink:
 # local file strictly in order, so an interruption leaves a .part that is a correct prefix and
 # a resume appends only the missing bytes (U12).
 
-PULL_BLOCK_BYTES = 256 << 10  # one SFTP read request
+# One SFTP read request: OpenSSH's sftp-server answers at most 261120 bytes per read, and a
+# larger request is split by asyncssh into two (whose orphan fails noisily if the link drops).
+PULL_BLOCK_BYTES = 255 << 10
 PULL_MAX_REQUESTS = 64  # in flight at once: 16 MiB window, enough to fill a long fat pipe
 PULL_READ_TIMEOUT_S = 60.0  # one block not answered in a minute: the link is gone
 

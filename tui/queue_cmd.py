@@ -44,6 +44,7 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--cpus-per-task", type=int)
     p.add_argument("--partition")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(add_parser=p)
     p = qsub.add_parser("config", help="the queue's settings on a host (Slurm: SLURM_CONF, "
                         "partition, default --time and warning lead)")
     p.add_argument("host")
@@ -106,14 +107,23 @@ def _slurm_opts(args: argparse.Namespace) -> list[str]:
     return opts
 
 
+def job_argv(args: argparse.Namespace) -> list[str]:
+    """The job's command of `queue add`; options written after HOST (`add HOST --name x --
+    cmd`), which REMAINDER swallowed, are parsed into ``args`` as this verb's options."""
+    argv = list(args.argv)
+    if argv[:1] and argv[0] != "--" and argv[0].startswith("-") and "--" in argv:
+        cut = argv.index("--")
+        args.add_parser.parse_args([*argv[:cut], args.host], namespace=args)
+        argv = argv[cut:]
+    return argv[1:] if argv[:1] == ["--"] else argv
+
+
 async def _run(args: argparse.Namespace) -> int:
     fleet, backend = _fleet(args)
     link = fleet.link(args.host)
     try:
         if args.queue_cmd == "add":
-            argv = list(args.argv)
-            if argv[:1] == ["--"]:
-                argv = argv[1:]
+            argv = job_argv(args)
             if not argv:
                 print("gpuroom queue add: give the command after --", file=sys.stderr)
                 return 2

@@ -41,6 +41,10 @@ KEYS: tuple[Key, ...] = (
     Key("f", "toggle_follow", "follow / pause the log", short="follow"),
     Key("r", "refresh", "poll the selected host now", short="refresh"),
     Key("s", "ssh", "interactive ssh to the selected host", short="ssh"),
+    Key("d", "findings", "doctor: every finding and danger clock, with fixes", short="doctor"),
+    Key("P", "pull", "pull the selected job's outputs home, verified (no job: all)",
+        short="pull"),
+    Key("T", "gate", "teardown gate: is it safe to stop paying for this host?", short="gate"),
     Key("q", "quit", "quit", short="quit"),
 )
 

@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from . import config as cfg
 from .fleet import Fleet
-from .gate import GateResult, evaluate, snapshot_jobs
-from .link import HostLink, LinkError
-from .transfer import Progress, PullError, load_records, pull, take_manifest
+from .link import LinkError
+from .outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
+from .transfer import Progress, PullError
 
 EXIT_NOT_SAFE = 5
 PROGRESS_EVERY_S = 0.5
@@ -30,6 +28,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("host")
     p.add_argument("job", nargs="?", default=None)
     p.add_argument("--to", metavar="DIR", help="local root (default: the host's pull_to)")
+    p.add_argument("--method", choices=("auto", "sftp", "rsync"), default="auto",
+                   help="auto: rsync for big files when the box has it (measured faster), "
+                        "else SFTP")
     p.set_defaults(func=cmd_pull)
     p = sub.add_parser("gate", help="teardown gate: is it safe to stop paying for HOST?")
     p.add_argument("host")
@@ -44,16 +45,6 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
                               f"(have: {', '.join(hosts)}). Fix: gpuroom hosts add {args.host}")
     return Fleet(config), hosts[args.host]
-
-
-async def queue_jobs(link: HostLink) -> list[dict[str, Any]]:
-    result = await link.helper("queue", "ls")
-    try:
-        doc = json.loads(result.stdout)
-    except ValueError:
-        raise LinkError(link.name, f"queue ls failed (exit {result.rc}): "
-                        f"{result.stderr.decode(errors='replace').strip()[-300:]}") from None
-    return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
 
 
 def _printer() -> Any:
@@ -74,61 +65,27 @@ def _printer() -> Any:
 async def _pull(args: argparse.Namespace) -> int:
     fleet, host = _fleet(args)
     link = fleet.link(args.host)
-    root = Path(args.to or host.pull_to or
-                Path(platformdirs.user_data_dir("gpuroom")) / "pulls").expanduser()
-    failed = 0
+    show = _printer()
+
+    def progress(_jid: str, p: Progress) -> None:
+        show(p)
+
     try:
-        jobs = [j for j in await queue_jobs(link)
-                if j.get("ckpt_dir") and (args.job is None or str(j.get("id")) == args.job)]
-        if args.job is not None and not jobs:
-            print(f"gpuroom pull: {args.host} has no job {args.job!r} with a checkpoint dir",
-                  file=sys.stderr)
-            return 1
-        for job in jobs:
-            jid = str(job["id"])
-            result = await pull(link, str(job["ckpt_dir"]), root / args.host / jid, job=jid,
-                                on_progress=_printer())
-            print(file=sys.stderr)
-            if not result.files and (result.manifest_reason or "").startswith("not a dir"):
-                print(f"{jid}: nothing to pull ({result.manifest_reason})")
-                continue
-            for f in result.files:
-                print(f"{jid}/{f.path}: {f.status}"
-                      f"{' by ' + f.verified_by if f.verified_by else ''}"
-                      f"{': ' + f.detail if f.detail else ''}")
-            if result.note:
-                print(f"{jid}: {result.note}")
-            if not result.manifest_complete:
-                print(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
-            failed += not result.ok
+        results = await pull_jobs(link, pull_root(host, args.to), args.job, on_progress=progress,
+                                  method=args.method)
+    except NoSuchJob as exc:
+        print(f"gpuroom pull: {exc}", file=sys.stderr)
+        return 1
     except (LinkError, PullError) as exc:
         print(f"gpuroom pull: {exc}", file=sys.stderr)
         return 1
     finally:
         await fleet.close()
-    return 1 if failed else 0
-
-
-async def check_gate(link: HostLink) -> GateResult:
-    """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
-    snapshot = await link.poll({})
-    jobs = await queue_jobs(link)
-    outputs: dict[str, list[dict[str, Any]] | None] = {}
-    for job in jobs:
-        if not job.get("ckpt_dir"):
-            continue
-        doc = await take_manifest(link, str(job["ckpt_dir"]))
-        if doc.get("complete"):
-            outputs[str(job["id"])] = doc["files"]
-        elif str(doc.get("reason") or "").startswith("not a directory"):
-            outputs[str(job["id"])] = []  # the job never wrote a checkpoint dir
-        else:
-            outputs[str(job["id"])] = None
-    if not snapshot_jobs(snapshot) and jobs:
-        # The probe's queue view is bounded; fall back to the full list for finality.
-        snapshot = {**snapshot, "queue": {"queues": {"default": {"jobs": jobs}}}}
-    return evaluate(link.name, snapshot, load_records(), outputs,
-                    expected_helper_sha=link.archive.sha256)
+    print(file=sys.stderr)
+    for jid, result in results:
+        for line in result_lines(jid, result):
+            print(line)
+    return 1 if any(not r.ok for _, r in results) else 0
 
 
 async def _gate(args: argparse.Namespace) -> int:

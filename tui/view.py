@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.slurmview import slurm_summary
 
 Level = Literal["ok", "warn", "crit"]
 
@@ -427,6 +429,7 @@ class JobRow:
     command: str
     ckpt_age_s: float | None
     pending: str | None = None  # "kill", "relaunch", "add" while the box has not confirmed
+    slurm: str = ""  # Slurm id, state, reason, time left (slurm_summary); "" for a box job
 
     @property
     def level(self) -> Level:
@@ -518,6 +521,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 command=_command(j),
                 ckpt_age_s=None if ckpt is None else t - ckpt,
                 pending=pend,
+                slurm=slurm_summary(j),
             )
         )
     for entry in host.pending:
@@ -649,9 +653,32 @@ class HostRow:
     level: Level
     disk_level: Level
     inode_level: Level
+    findings_level: Level = "ok"
 
 
-def host_row(host: HostState, now: float) -> HostRow:
+def billed_cell(price_per_hour: float | None, seconds: float | None) -> str:
+    """Spend so far, short: "$9.96 4.0h"; without a price only the hours."""
+    if seconds is None:
+        return "-"
+    hours = f"{seconds / 3600:.1f}h"
+    return hours if price_per_hour is None else f"${price_per_hour * seconds / 3600:.2f} {hours}"
+
+
+def findings_cell(severities: Iterable[str]) -> tuple[str, Level]:
+    """How many findings, marked by the worst: "2!!" critical, "1!" warn, "3" info only."""
+    sev = list(severities)
+    if not sev:
+        return "-", "ok"
+    if "critical" in sev:
+        return f"{len(sev)}!!", "crit"
+    if "warn" in sev:
+        return f"{len(sev)}!", "warn"
+    return str(len(sev)), "ok"
+
+
+def host_row(host: HostState, now: float, *, billed: str = "-",
+             findings: Iterable[str] = ()) -> HostRow:
+    """``billed`` from the danger clock, ``findings`` the severities of the host's findings."""
     snap = host.snapshot
     gpus = gpu_rows(snap)
     count, sm, power = gpu_summary(gpus)
@@ -662,6 +689,7 @@ def host_row(host: HostState, now: float) -> HostRow:
     i = max((d.inodes_pct for d in disks if d.inodes_pct is not None), default=None)
     b_level = _level(b, BYTES_WARN_PCT, BYTES_CRIT_PCT)
     i_level = _level(i, INODES_WARN_PCT, INODES_CRIT_PCT)
+    find_text, find_level = findings_cell(findings)
     return HostRow(
         name=host.name,
         state=link_text(host, now),
@@ -672,11 +700,12 @@ def host_row(host: HostState, now: float) -> HostRow:
         disk_pct=fmt_pct(b),
         inode_pct=fmt_pct(i),
         job=running_job(snap),
-        billed="-",  # the danger clock lands with tui/clock.py
-        findings="-",  # the doctor lands with tui/doctor.py
+        billed=billed,
+        findings=find_text,
         level=link_level(host),
         disk_level=b_level,
         inode_level=i_level,
+        findings_level=find_level,
     )
 
 
@@ -692,41 +721,22 @@ class Danger:
     text: str
 
 
-def dangers(hosts: Iterable[HostState], now: float) -> list[Danger]:
-    """Everything urgent across the fleet, most urgent first (stable by host order)."""
+def failed_job_dangers(hosts: Iterable[HostState], now: float,
+                       explained: Iterable[tuple[str, str]] = ()) -> list[Danger]:
+    """A banner line for each failed job no finding explains (a finding that names the job,
+    as the doctor's "job default/j1 (train) died: ..." does, already says more)."""
+    said = list(explained)
     out: list[Danger] = []
     for h in hosts:
-        if h.state is not LinkState.UP:
-            out.append(Danger(link_level(h), h.name, f"{h.name} {link_text(h, now)}"))
-        for d in disk_rows(h.snapshot):
-            if d.inodes_level != "ok":
-                out.append(
-                    Danger(
-                        d.inodes_level,
-                        h.name,
-                        f"{h.name} {d.path} inodes {fmt_pct(d.inodes_pct)} (df -i; U7)",
-                    )
-                )
-            if d.bytes_level != "ok":
-                out.append(
-                    Danger(d.bytes_level, h.name, f"{h.name} {d.path} disk {fmt_pct(d.bytes_pct)}")
-                )
         for j in job_rows(h, now):
-            if j.state.lower() in FAILED_JOB_STATES:
-                code = f" exit {j.exit_code}" if j.exit_code is not None else ""
-                out.append(
-                    Danger("crit", h.name, f"{h.name} job {j.name or j.id} {j.state}{code}")
-                )
-        for g in gpu_rows(h.snapshot):
-            if g.throttle:
-                out.append(
-                    Danger(
-                        "warn",
-                        h.name,
-                        f"{h.name} GPU{g.index} throttled: {','.join(g.throttle)} (U23)",
-                    )
-                )
-    out.sort(key=lambda d: -_LEVEL_RANK[d.level])
+            if j.state.lower() not in FAILED_JOB_STATES:
+                continue
+            named = re.compile(rf"/{re.escape(j.id)}\b")
+            if any(host == h.name and named.search(title) for host, title in said):
+                continue
+            code = f" exit {j.exit_code}" if j.exit_code is not None else ""
+            out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
+                                              f"{j.state}{code}"))
     return out
 
 

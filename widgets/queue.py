@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from rich.text import Text
 from textual import on
-from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import DataTable
-from textual.widgets.data_table import CellDoesNotExist
 
 from gpuroom.tui.messages import JobSelected
 from gpuroom.tui.view import JobRow, fmt_age
+from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
+SLURM_WIDTH = 36
+COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
 STATE_STYLE = {"running": "green", "launching": "green", "failed": "bold red",
                "orphaned": "bold red", "killed": "yellow", "queued": "cyan", "succeeded": "dim",
                "removed": "dim"}
@@ -24,38 +23,33 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-class QueueTable(DataTable[Text]):
-    """Jobs of one host: id, name, state, attempt, runtime, exit, command, checkpoint age."""
+class QueueTable(RowTable):
+    """Jobs of one host: id, name, state, attempt, runtime, exit, command, checkpoint age;
+    on a Slurm host also the Slurm id, state, pending reason and walltime left."""
 
     DEFAULT_CSS = """
     QueueTable { height: 1fr; scrollbar-size-horizontal: 0; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-    ]
 
     jobs: reactive[tuple[JobRow, ...]] = reactive((), always_update=True)
     """The selected host's jobs, pending actions included."""
 
     host: str = ""
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row")
-
     def on_mount(self) -> None:
-        self.add_columns("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
+        self.set_columns(COLUMNS)
 
     def watch_jobs(self, jobs: tuple[JobRow, ...]) -> None:
-        current = self.selected_job_id
-        self.clear()
+        slurm = any(j.slurm for j in jobs)
+        self.set_columns((*COLUMNS[:3], "slurm", *COLUMNS[3:]) if slurm else COLUMNS)
+        rows = []
         for j in jobs:
             if j.pending:
                 # Truthful: the box has not confirmed this yet (principle 3).
                 state = Text(f"{j.pending}…", style="bold magenta")
             else:
                 state = Text(j.state, style=STATE_STYLE.get(j.state.lower(), ""))
-            self.add_row(
+            cells = [
                 Text(j.id),
                 Text(j.name),
                 state,
@@ -64,21 +58,16 @@ class QueueTable(DataTable[Text]):
                 Text("-" if j.exit_code is None else str(j.exit_code)),
                 Text(_cut(j.command, COMMAND_WIDTH)),
                 Text(fmt_age(j.ckpt_age_s)),
-                key=j.id,
-            )
-        ids = [j.id for j in jobs]
-        if current in ids:
-            self.move_cursor(row=ids.index(current), animate=False)
+            ]
+            if slurm:
+                # Slurm's reason text comes from the box: plain Text, never markup.
+                cells.insert(3, Text(_cut(j.slurm, SLURM_WIDTH)))
+            rows.append((j.id, tuple(cells)))
+        self.set_rows(rows)
 
     @property
     def selected_job_id(self) -> str | None:
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        except CellDoesNotExist:  # cursor outside the (just cleared) table
-            return None
-        return None if key.value is None else str(key.value)
+        return self.highlighted_key
 
     @property
     def selected_job(self) -> JobRow | None:

@@ -1,0 +1,97 @@
+"""A host's outputs: pull every job's checkpoint dir home and check the teardown gate.
+
+Shared by the CLI (`gpuroom pull`, `gpuroom gate`) and the room (keys P and T); the bytes
+move through tui/transfer.py over the host's link.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .config import HostConfig
+from .gate import GateResult, evaluate, snapshot_jobs
+from .link import HostLink, LinkError
+from .transfer import Progress, PullResult, load_records, pull, take_manifest
+
+
+def pull_root(host: HostConfig, to: str | None = None) -> Path:
+    """Where pulls of ``host`` land: --to, else the host's pull_to, else the user data dir."""
+    return Path(to or host.pull_to
+                or Path(platformdirs.user_data_dir("gpuroom")) / "pulls").expanduser()
+
+
+async def queue_jobs(link: HostLink) -> list[dict[str, Any]]:
+    """The box's full job list (the probe's queue view is bounded)."""
+    result = await link.helper("queue", "ls")
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        raise LinkError(link.name, f"queue ls failed (exit {result.rc}): "
+                        f"{result.stderr.decode(errors='replace').strip()[-300:]}") from None
+    return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+
+
+class NoSuchJob(LookupError):
+    """The job asked for has no checkpoint dir on the host."""
+
+
+async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
+                    on_progress: Callable[[str, Progress], None] | None = None,
+                    method: str = "auto") -> list[tuple[str, PullResult]]:
+    """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``."""
+    jobs = [j for j in await queue_jobs(link)
+            if j.get("ckpt_dir") and (job is None or str(j.get("id")) == job)]
+    if job is not None and not jobs:
+        raise NoSuchJob(f"{link.name} has no job {job!r} with a checkpoint dir")
+    out: list[tuple[str, PullResult]] = []
+    for j in jobs:
+        jid = str(j["id"])
+
+        def progress(p: Progress, jid: str = jid) -> None:
+            if on_progress is not None:
+                on_progress(jid, p)
+
+        out.append((jid, await pull(link, str(j["ckpt_dir"]), root / link.name / jid,
+                                    job=jid, on_progress=progress, method=method)))
+    return out
+
+
+async def check_gate(link: HostLink) -> GateResult:
+    """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
+    snapshot = await link.poll({})
+    jobs = await queue_jobs(link)
+    outputs: dict[str, list[dict[str, Any]] | None] = {}
+    for job in jobs:
+        if not job.get("ckpt_dir"):
+            continue
+        doc = await take_manifest(link, str(job["ckpt_dir"]))
+        if doc.get("complete"):
+            outputs[str(job["id"])] = doc["files"]
+        elif str(doc.get("reason") or "").startswith("not a directory"):
+            outputs[str(job["id"])] = []  # the job never wrote a checkpoint dir
+        else:
+            outputs[str(job["id"])] = None
+    if not snapshot_jobs(snapshot) and jobs:
+        # The probe's queue view is bounded; fall back to the full list for finality.
+        snapshot = {**snapshot, "queue": {"queues": {"default": {"jobs": jobs}}}}
+    return evaluate(link.name, snapshot, load_records(), outputs,
+                    expected_helper_sha=link.archive.sha256)
+
+
+def result_lines(jid: str, result: PullResult) -> list[str]:
+    """What a pull of one job did, a line per file, for the CLI and the room."""
+    if not result.files and (result.manifest_reason or "").startswith("not a dir"):
+        return [f"{jid}: nothing to pull ({result.manifest_reason})"]
+    lines = [f"{jid}/{f.path}: {f.status}"
+             f"{' by ' + f.verified_by if f.verified_by else ''}"
+             f"{': ' + f.detail if f.detail else ''}" for f in result.files]
+    if result.note:
+        lines.append(f"{jid}: {result.note}")
+    if not result.manifest_complete:
+        lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
+    return lines

@@ -1,0 +1,141 @@
+"""The room's memory for the doctor and the danger clock: pure, fed once per poll outcome.
+
+The doctor needs the previous good snapshot to see a transition (a job that vanished across a
+reboot, an OOM counter that rose); the clock needs idle history. The watch keeps both, and
+keeps a transition's finding on screen after the poll that saw it ("the box rebooted" must
+not vanish five seconds later just because the next poll no longer sees a change) until the
+user clears it. It also decides which critical items are new, for the bell and
+``notify_command`` (once per item, never a teardown: principle 9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpuroom.profiles import Profile, ProfileError, load_profile
+
+from .clock import ClockItem, IdleTracker, banner_lines, host_clocks
+from .doctor import Finding, diagnose, sort_findings, vanished_findings
+from .model import HostState, LinkState, Snapshot
+
+# A remembered transition is dropped after this long even if never cleared.
+STICKY_S = 24 * 3600.0
+MAX_STICKY_PER_HOST = 20
+
+
+@dataclass
+class _HostMemory:
+    prev: Snapshot | None = None  # the last good snapshot before the current one
+    current: Snapshot | None = None
+    seen_try: float | None = None  # last_try of the last poll outcome observed
+    findings: list[Finding] = field(default_factory=list)
+    sticky: dict[tuple[str, str], tuple[Finding, float]] = field(default_factory=dict)
+
+
+def _profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
+    if name not in cache:
+        try:
+            cache[name] = load_profile(name)
+        except ProfileError:
+            cache[name] = None  # "local" and unknown names: the doctor runs without facts
+    return cache[name]
+
+
+def _key(item: Finding | ClockItem) -> tuple[str, str, str]:
+    """What makes a banner item "the same" across polls: the idle line's text changes every
+    poll ($ burnt grows), its host and kind do not."""
+    if isinstance(item, Finding):
+        return (item.host, item.id, item.title)
+    return (item.host, item.kind, "")
+
+
+class FleetWatch:
+    """Findings and clocks for every host, updated by ``observe`` after each poll."""
+
+    def __init__(self) -> None:
+        self._mem: dict[str, _HostMemory] = {}
+        self._profiles: dict[str, Profile | None] = {}
+        self.tracker = IdleTracker()
+        self._alerted: set[tuple[str, str, str]] = set()
+
+    def profile(self, name: str) -> Profile | None:
+        return _profile(name, self._profiles)
+
+    def observe(self, h: HostState, now: float) -> None:
+        """One poll outcome of ``h``. Seeing the same outcome twice changes nothing."""
+        mem = self._mem.setdefault(h.name, _HostMemory())
+        if mem.seen_try is not None and h.last_try == mem.seen_try:
+            return
+        mem.seen_try = h.last_try
+        profile = self.profile(h.profile)
+        up = h.state is LinkState.UP and h.snapshot is not None
+        if up:
+            mem.prev, mem.current = mem.current, h.snapshot
+        mem.findings = diagnose(mem.prev if up else mem.current, h.snapshot if up else None,
+                                h.state, profile, now, host=h.name, error=h.error,
+                                last_ok=h.last_ok)
+        if up and h.snapshot is not None:
+            self.tracker.feed(h.name, h.snapshot, h.last_ok if h.last_ok is not None else now)
+            for f in vanished_findings(h.name, mem.prev, h.snapshot):
+                mem.sticky[(f.id, f.title)] = (f, now)
+        for key, (_f, at) in list(mem.sticky.items()):
+            if now - at > STICKY_S:
+                del mem.sticky[key]
+        while len(mem.sticky) > MAX_STICKY_PER_HOST:
+            del mem.sticky[min(mem.sticky, key=lambda k: mem.sticky[k][1])]
+
+    def findings(self, host: str | None = None) -> list[Finding]:
+        """Current findings plus remembered transitions, worst first (one host or all)."""
+        out: list[Finding] = []
+        for name, mem in self._mem.items():
+            if host is not None and name != host:
+                continue
+            current = set(mem.findings)
+            out += mem.findings
+            out += [f for f, _at in mem.sticky.values() if f not in current]
+        return sort_findings(out)
+
+    def clocks(self, hosts: Iterable[HostState], now: float) -> list[ClockItem]:
+        out: list[ClockItem] = []
+        for h in hosts:
+            snap = h.snapshot if h.snapshot is not None else self._mem.get(
+                h.name, _HostMemory()).current
+            out += host_clocks(h.name, snap, self.profile(h.profile), now,
+                               price_per_hour=h.price_per_hour, rented_at=h.rented_at,
+                               tracker=self.tracker)
+        return out
+
+    def clear(self, host: str | None = None) -> int:
+        """Forget remembered transitions (the user has read them); returns how many."""
+        n = 0
+        for name, mem in self._mem.items():
+            if host is None or name == host:
+                n += len(mem.sticky)
+                mem.sticky.clear()
+        return n
+
+    def banner(self, hosts: Iterable[HostState], now: float, limit: int = 3) -> list[str]:
+        hosts = list(hosts)
+        return banner_lines(self.findings(), self.clocks(hosts, now), limit=limit)
+
+    def new_criticals(self, hosts: Iterable[HostState], now: float) -> list[str]:
+        """Critical items not alerted before, as banner lines; each is returned once.
+
+        An item that clears and comes back later is new again.
+        """
+        hosts = list(hosts)
+        items: list[Finding | ClockItem] = [f for f in self.findings()
+                                            if f.severity == "critical"]
+        items += [c for c in self.clocks(hosts, now) if c.severity == "critical"]
+        live = {_key(i) for i in items}
+        self._alerted &= live
+        fresh = []
+        for i in items:
+            k = _key(i)
+            if k in self._alerted:
+                continue
+            self._alerted.add(k)
+            fresh.append(banner_lines([i], []) [0] if isinstance(i, Finding)
+                         else banner_lines([], [i])[0])
+        return fresh
