@@ -75,3 +75,8 @@ def test_kill_confirm(snap_compare: SnapCompare) -> None:
 def test_kill_confirm_80x24(snap_compare: SnapCompare) -> None:
     app, before = scenario_app("healthy")
     assert snap_compare(app, terminal_size=(80, 24), run_before=before, press=["K"])
+
+
+def test_findings_screen(snap_compare: SnapCompare) -> None:
+    app, before = scenario_app("inode")
+    assert snap_compare(app, terminal_size=(120, 36), run_before=before, press=["d"])
