@@ -336,15 +336,15 @@ def report(times: dict[str, list[float]], reps: int, base: Path) -> str:
         f"{async_later:.3f}s median ({gbps / max(async_later, 1e-9):.1f} GiB/s into the reused "
         f"buffers). {threads} copy threads / 1 copy thread, per repetition: {iqr(thr_p)}.",
         f"- Why the async ratio is what it is: blocking is one copy of the state in memory "
-        f"({gbps / max(async_later, 1e-9):.1f} GiB/s here, "
-        f"{gbps / max(med['async, 1 copy thread'], 1e-9):.1f} GiB/s on one thread), while a "
-        f"sync save is bound by CRC32 plus the copy into the page cache ({breakdown.split(',')[0]}"
-        f"), because this VM's disk absorbs {gbps / med['sync']:.1f} GiB/s durable. The "
-        "ratio is therefore about (one memcpy) / (CRC32 + one memcpy + page-cache "
-        "allocation), which the shared 2-core VM puts near 0.1; storage slower than RAM by 10x "
-        "or more (network volumes, most rented boxes' persistent disks at 0.1-1 GiB/s) "
-        "brings it well under 0.1x; a GPU state is copied over PCIe instead, which is what the "
-        "blocking time then measures.",
+        f"({gbps / max(async_later, 1e-9):.1f} GiB/s with {threads} copy threads, "
+        f"{gbps / max(med['async, 1 copy thread'], 1e-9):.1f} GiB/s on one), while a sync "
+        f"save costs CRC32 plus a copy into the page cache ({breakdown.split(',')[0]}) and "
+        f"little more, because this VM's disk keeps up ({gbps / med['sync']:.1f} GiB/s "
+        "durable). The quotient of the two is the ratio, and every gain on the sync side "
+        "(the early write-back) raises it. Storage slower than RAM by 10x or more (network "
+        "volumes, most rented boxes' persistent disks at 0.1-1 GiB/s) puts it well under "
+        "0.1x; a GPU state is copied over PCIe instead, which is what the blocking time then "
+        "measures.",
         f"- Spread: min/max differ by up to {max_spread:.0f}% on this shared 2-core VM; the "
         "per-repetition ratios are the steadier figure, ratios of medians within about 10% "
         "are not distinguishable here.",

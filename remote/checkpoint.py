@@ -789,8 +789,8 @@ class Checkpointer:
                 try:
                     writer = _WritebackWriter(fd)
                     torch.save(payload, writer)
-                    writer.start_writeback()
-                    os.fsync(fd)
+                    writer.start_writeback()  # the tail that did not fill a chunk
+                    os.fsync(fd)  # durability; waits only for the write-back still in flight
                 finally:
                     os.close(fd)
             except BaseException as exc:
