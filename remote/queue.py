@@ -3,7 +3,8 @@
 Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
 ``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
 
-  add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--retry-on-exit]
+  add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
+      [--retry-on-exit]
       [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
       [--partition P] -- ARGV...
@@ -355,6 +356,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--gpus", type=int, default=None,
                         help="GPUs for the job (default 1 on a GPU box; 0 hides all GPUs)")
     parser.add_argument("--retries", type=int, default=0)
+    parser.add_argument("--vram-mib", type=int, default=None,
+                        help="VRAM the job needs per GPU; the doctor warns when it cannot fit")
     parser.add_argument("--retry-on-exit", action="store_true",
                         help="also retry non-zero exit codes (default: signals/vanish only)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
@@ -384,7 +387,8 @@ def _cmd_add(argv: List[str]) -> int:
     ev = _append_request(root, queue, "added", name=args.name, argv=cmd, cwd=cwd,
                          env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
                          retry_on_exit=args.retry_on_exit, outputs=args.output,
-                         durable_dir=args.durable_dir, front=args.front)
+                         durable_dir=args.durable_dir, front=args.front,
+                         vram_mib=args.vram_mib)
     doc: Dict[str, Any] = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]),
                            "seq": ev["seq"]}
     if not args.no_start:

@@ -219,6 +219,7 @@ def _new_job(ev: Event) -> Dict[str, Any]:
         "cwd": ev.get("cwd"),
         "env": dict(ev.get("env") or {}),
         "gpus": ev.get("gpus"),
+        "vram_mib": ev.get("vram_mib"),
         "retries": int(ev.get("retries") or 0),
         "retry_on_exit": bool(ev.get("retry_on_exit")),
         "outputs": list(ev.get("outputs") or []),

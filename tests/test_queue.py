@@ -363,3 +363,17 @@ def test_reboot_hook_needs_crontab_and_is_idempotent(box: Box, tmp_path: Path) -
     assert lines[:2] == ["MAILTO=\"\"", "0 * * * * echo keep"]
     assert len(lines) == 3 and lines[2].startswith("@reboot ")
     assert " queue start --root " in lines[2] and "--queue default" in lines[2]
+
+
+def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
+    from gpuroom.tui.doctor import job_findings
+
+    doc = box.json("add", "--no-start", "--vram-mib", "40000", "--gpus", "1", "--", "true")
+    jobs = box.json("ls")["jobs"]
+    job = next(j for j in jobs if j["id"] == doc["job"])
+    assert job["vram_mib"] == 40000 and job["state"] == "queued"
+    # The same record in a snapshot beside a nearly full 80 GB card: U10.
+    full = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "mem_used_mib": 70000.0,
+            "mem_total_mib": 81559.0}
+    snap = {"gpus": [full], "queue": {"queues": {"default": {"jobs": [job]}}}}
+    assert [f.id for f in job_findings("box", None, snap)] == ["U10"]

@@ -32,6 +32,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--name")
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--retries", type=int, default=0)
+    p.add_argument("--vram-mib", type=int, default=None,
+                   help="VRAM the job needs per GPU (the doctor warns when it cannot fit: U10)")
     p.add_argument("--cwd")
     p.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
@@ -130,6 +132,8 @@ async def _run(args: argparse.Namespace) -> int:
             opts = ["--retries", str(args.retries)]
             if args.gpus is not None:
                 opts += ["--gpus", str(args.gpus)]
+            if args.vram_mib is not None:
+                opts += ["--vram-mib", str(args.vram_mib)]
             for flag in ("name", "cwd", "durable_dir"):
                 value = getattr(args, flag)
                 if value:
