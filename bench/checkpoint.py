@@ -351,7 +351,7 @@ def report(times: dict[str, list[float]], reps: int, base: Path) -> str:
         f"- Durability costs raw+fsync - raw = {fsync_cost:+.3f}s here; Checkpointer's own "
         f"difference from raw+fsync is {overhead * 1000:+.0f} ms median.",
         "",
-        "Reproduce: `.venv/bin/python bench/checkpoint.py --reps 15` (needs ~3x the state in "
+        f"Reproduce: `.venv/bin/python bench/checkpoint.py --reps {reps}` (needs ~3x the state in "
         "RAM and ~2x on disk).",
     ]
     return "\n".join(lines)

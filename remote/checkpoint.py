@@ -44,7 +44,19 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 try:
     import fcntl
@@ -206,7 +218,7 @@ def _capture_rng() -> Dict[str, Any]:
         }
     # get_rng_state_all() would create a context on every device; a program that never
     # touched CUDA has no CUDA randomness to save.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
@@ -788,7 +800,7 @@ class Checkpointer:
                 fd = os.open(str(tmp), flags, 0o666)
                 try:
                     writer = _WritebackWriter(fd)
-                    torch.save(payload, writer)
+                    torch.save(payload, cast(IO[bytes], writer))  # uses write and flush
                     writer.start_writeback()  # the tail that did not fill a chunk
                     os.fsync(fd)  # durability; waits only for the write-back still in flight
                 finally:
