@@ -5,8 +5,9 @@ needs history, so ``IdleTracker`` remembers, per host, since when it has been id
 every poll and does no I/O.
 
 The clocks (principle 10): money billed since the box booted (or since the user's rented_at);
-money burnt idle; Slurm walltime left; a notebook's session cap and idle timeout; a stopped
-box's auto-release; checkpoints still on a box whose queue has finished.
+money burnt idle; Slurm walltime left, and how long (and why) a Slurm job has been pending; a
+notebook's session cap and idle timeout; a stopped box's auto-release; checkpoints still on a
+box whose queue has finished.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 from gpuroom.profiles import Profile
 
-from .doctor import SEVERITY_RANK, Finding, Severity
+from .doctor import SEVERITY_RANK, Finding, Severity, walltime_left
 from .fleet import iter_jobs
 from .model import Snapshot
+from .sanitize import sanitize_line, truncate_display
 
 ACTIVE_STATES = ("launching", "running")
 FINAL_STATES = ("succeeded", "failed", "killed", "removed")
@@ -36,12 +38,17 @@ TIMER_WARN_S = 2 * 3600.0
 TIMER_CRIT_S = 30 * 60.0
 WALLTIME_WARN_S = 3600.0
 WALLTIME_CRIT_S = 10 * 60.0
+# A Slurm job pending longer than this is worth a look at its reason.
+PENDING_WARN_S = 3600.0
+# Slurm's pending reason is remote text: shown as one bounded plain line.
+REASON_MAX_CHARS = 60
 
 
 @dataclass(frozen=True)
 class ClockItem:
     host: str
-    kind: str  # spend | idle | walltime | session_cap | idle_timeout | auto_release | unpulled
+    # spend | idle | walltime | pending | session_cap | idle_timeout | auto_release | unpulled
+    kind: str
     severity: Severity
     text: str
     seconds: float | None
@@ -136,19 +143,49 @@ def billed_seconds(snap: Snapshot, now: float, rented_at: float | None = None) -
     return uptime + (max(0.0, now - taken) if taken is not None else 0.0)
 
 
-def walltime_left(job: Mapping[str, Any], now: float) -> float | None:
-    """Slurm hook: seconds until the scheduler kills the job. The queue does not carry a time
-    limit yet; a job with ``time_limit_s`` (and a started attempt) or ``end_time`` is read."""
-    end = _num(job.get("end_time"))
-    if end is None:
-        limit = _num(job.get("time_limit_s"))
-        attempts = job.get("attempts") or []
-        start = _num(attempts[-1].get("start")) if attempts and isinstance(attempts[-1],
-                                                                           dict) else None
-        if limit is None or start is None:
-            return None
-        end = start + limit
-    return end - now
+def _slurm_label(job: Mapping[str, Any]) -> str:
+    sid = job.get("slurm_id")
+    return f"{job.get('id')} (Slurm {sid})" if sid else str(job.get("id"))
+
+
+def _lead_note(job: Mapping[str, Any]) -> str:
+    lead = _num(job.get("signal_lead_s"))
+    return f"; warning {_fmt_s(lead)} before" if lead else ""
+
+
+def _pending_since(job: Mapping[str, Any]) -> float | None:
+    """When the job last entered the queue: its submission, or the end of the run that a
+    requeue sent back (both on the login node's clock)."""
+    attempts = job.get("attempts") or []
+    attempt = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    since = _num(attempt.get("submitted"))
+    runs = [r for r in attempt.get("runs") or [] if isinstance(r, dict)]
+    ended = _num(runs[-1].get("end")) if runs else None
+    if ended is not None and (since is None or ended > since):
+        since = ended
+    return since
+
+
+def _pending_item(host: str, job: Mapping[str, Any], snap: Snapshot, now: float) -> ClockItem:
+    """A PENDING Slurm job and why (Resources, Priority, BeginTime, ...)."""
+    raw = job.get("reason") or job.get("slurm_state") or "no reason given"
+    reason = truncate_display(sanitize_line(str(raw)), REASON_MAX_CHARS)
+    since = _pending_since(job)
+    waited: float | None = None
+    if since is not None:
+        # Measured on the login node's clock up to the probe, then the probe's age: the same
+        # rule as billed_seconds, so a skewed laptop clock does not age the wait.
+        taken = _num(_host(snap).get("time"))
+        waited = ((taken - since) + max(0.0, now - taken)) if taken is not None else now - since
+        waited = max(0.0, waited)
+    requeued = bool(job.get("restarts")) or any(
+        isinstance(a, dict) and a.get("runs") for a in (job.get("attempts") or [])[-1:])
+    text = f"job {_slurm_label(job)}: pending"
+    if waited is not None:
+        text += f" {_fmt_s(waited)}" + (" since its requeue" if requeued else "")
+    text += f" ({reason})"
+    sev: Severity = "warn" if waited is not None and waited > PENDING_WARN_S else "info"
+    return ClockItem(host, "pending", sev, text, waited)
 
 
 def _timer_severity(left: float, warn: float = TIMER_WARN_S,
@@ -190,16 +227,19 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
                              + (f": {cost} burnt" if cost else "")
                              + " (no job running, GPU at idle power)", idle))
     jobs = _jobs(snap)
-    if profile is not None and profile.kind == "slurm":
-        for job in jobs:
-            if job.get("state") not in ACTIVE_STATES:
-                continue
+    slurm_host = profile is not None and profile.kind == "slurm"
+    for job in jobs:
+        if not (slurm_host or job.get("backend") == "slurm"):
+            continue
+        if job.get("state") in ACTIVE_STATES:
             left = walltime_left(job, now)
             if left is not None:
                 out.append(ClockItem(
                     host, "walltime", _timer_severity(left, WALLTIME_WARN_S, WALLTIME_CRIT_S),
-                    f"job {job.get('id')}: walltime ends in {_fmt_s(left)} (SIGTERM, then "
-                    f"SIGKILL)", left))
+                    f"job {_slurm_label(job)}: walltime ends in {_fmt_s(left)} (SIGTERM, "
+                    f"then SIGKILL){_lead_note(job)}", left))
+        elif job.get("state") == "queued" and job.get("slurm_id"):
+            out.append(_pending_item(host, job, snap, now))
     uptime = billed_seconds(snap, now)
     for clock in profile.danger_clocks if profile is not None else ():
         if not isinstance(clock.seconds, int) or isinstance(clock.seconds, bool):
@@ -252,11 +292,14 @@ def banner_lines(findings: Iterable[Finding], clock_items: Iterable[ClockItem],
     for c in clock_items:
         if c.severity != "info":
             # Longer idle is worse; a timer with less left is worse.
-            tie = -(c.seconds or 0.0) if c.kind in ("idle", "spend") else (c.seconds or 0.0)
+            tie = (-(c.seconds or 0.0) if c.kind in ("idle", "spend", "pending")
+                   else (c.seconds or 0.0))
             ranked.append((-_rank(c.severity), 1, tie,
                            f"{c.severity.upper()} {c.host}: {c.text}"))
     ranked.sort(key=lambda r: r[:3])
-    return [r[3] for r in ranked[:limit]]
+    # Titles and clock texts carry remote words (job names, Slurm reasons, kernel lines); the
+    # banner writes these lines as they are, so nothing that drives a terminal may be left.
+    return [sanitize_line(r[3]) for r in ranked[:limit]]
 
 
 __all__ = [

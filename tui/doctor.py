@@ -51,6 +51,21 @@ TMP_SUFFIXES = (".tmp", ".partial", ".part")
 # Xid codes U22 calls a dead GPU: 48 double-bit ECC, 79 fallen off the bus.
 DEAD_GPU_XIDS = frozenset({48, 79})
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Slurm (profile-generic-ssh.md, THIN DIFF - SLURM). The ends the seeds explain, with the
+# gotcha whose fix applies: TIMEOUT is the walltime kill SLURM2 budgets for, OUT_OF_MEMORY is
+# SLURM4, PREEMPTED / NODE_FAIL are "requeue territory", where SLURM5 decides whether the
+# checkpoint survived.
+SLURM_END_IDS = {"TIMEOUT": "SLURM2", "OUT_OF_MEMORY": "SLURM4", "PREEMPTED": "SLURM5",
+                 "NODE_FAIL": "SLURM5"}
+SLURM_END_TITLES = {
+    "TIMEOUT": "hit its walltime (Slurm TIMEOUT)",
+    "OUT_OF_MEMORY": "was OOM-killed by its cgroup (Slurm OUT_OF_MEMORY)",
+    "PREEMPTED": "was preempted (Slurm PREEMPTED)",
+    "NODE_FAIL": "lost its node (Slurm NODE_FAIL)",
+}
+# SLURM2: once the wall is nearer than this many warning leads, a checkpoint older than one
+# lead is what the SIGKILL would roll the job back to.
+SLURM_LEAD_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,19 @@ FIX = {
            "liveness by artifacts, not log cadence",
     "U10": "check free VRAM before launch; size the batch to fit beside the running job; "
            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "SLURM1": "the warning handler only sets a flag; the job checkpoints at a safe point (end "
+              "of step), then scontrol requeue $SLURM_JOB_ID or exits so --requeue returns "
+              "it, and the requeued run resumes from that checkpoint",
+    "SLURM2": "at the wall Slurm sends SIGTERM, then SIGKILL after KillWait (~30 s): raise "
+              "--time or requeue; budget the warning (--signal=...@LEAD) so a full checkpoint "
+              "fits before the wall even with Slurm's 60 s jitter; checkpoint periodically "
+              "too, never only on the signal; write it atomically (tmp, fsync, rename)",
+    "SLURM4": "OOM is a job state, not a traceback: read sacct -o MaxRSS,ReqMem and raise "
+              "--mem / --mem-per-cpu to MaxRSS x 1.2; host RAM (U9), not VRAM (U10): do not "
+              "shrink the batch",
+    "SLURM5": "requeue territory: requeue the job (--requeue, or relaunch it) and resume from "
+              "the last checkpoint, which must be on the shared FS (/scratch/$USER): "
+              "node-local $TMPDIR is wiped when the job ends",
 }
 
 
@@ -251,9 +279,19 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
             continue
         new = new_jobs.get(key)
         if not _job_died(old, new, rebooted, new_boot):
+            if _is_slurm(old) and _requeued_between(old, new):
+                label = f"job {key} ({old.get('name') or key})"
+                out.append(_requeued_finding(host, label, old, new or {}))
             continue
         label = f"job {key} ({old.get('name') or key})"
         ended = _old_attempt_in(new, old)
+        if _is_slurm(old):
+            # The box's own evidence (reboot, cgroup, dmesg, Xid) is the login node's, not the
+            # compute node's: Slurm's state is the verdict (SLURM4: OOM is a job STATE).
+            if not (new is not None and new.get("state") == "failed"
+                    and new.get("slurm_state") in SLURM_END_IDS):
+                out.append(_ended_finding(host, label, new, ended, old))
+            continue  # a final state the seeds explain is slurm_findings' steady finding
         pid = _attempt(old).get("pid")
         oom_lines = [e for e in events if e.get("kind") == "oom" and pid is not None
                      and e.get("pid") == pid]
@@ -291,13 +329,20 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
 
 
 def _ended_finding(host: str, label: str, new: Mapping[str, Any] | None,
-                   ended: Mapping[str, Any]) -> Finding:
-    """The bottom of the ladder: no reboot, no OOM, no Xid seen."""
+                   ended: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> Finding:
+    """The bottom of the ladder: no reboot, no OOM, no Xid seen. A Slurm job comes here
+    directly: back in the queue with the same Slurm id it was requeued, not ended."""
     reason = ended.get("end_reason")
     signal, code = ended.get("signal"), ended.get("exit_code")
     if new is None:
         return _finding("U3", "warn", host, f"{label} is gone from the queue",
                         "no reboot, OOM or Xid seen; the job is no longer listed")
+    if _is_slurm(new) and new.get("state") == "queued" and (
+            old is None or str(new.get("slurm_id")) == str(old.get("slurm_id"))):
+        return _requeued_finding(host, label, old or {}, new)
+    if _is_slurm(new) and reason == "CANCELLED":
+        return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
+                        f"Slurm job {new.get('slurm_id')} CANCELLED")
     if reason == "killed":
         return _finding("U3", "info", host, f"{label} was killed on request",
                         f"end_reason killed, signal {signal}")
@@ -310,6 +355,146 @@ def _ended_finding(host: str, label: str, new: Mapping[str, Any] | None,
                         f"the wrapper died without recording an exit ({new.get('reason')})")
     return _finding("U3", "warn", host, f"{label} exited with code {code}",
                     "no reboot, OOM or Xid seen: read the log tail for the error")
+
+
+# ------------------------------------------------------------------------------- Slurm
+
+def _is_slurm(job: Mapping[str, Any] | None) -> bool:
+    if not job:
+        return False
+    return job.get("backend") == "slurm" or bool(job.get("slurm_id"))
+
+
+def _runs(job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The script's record of each run of the current attempt (one per requeue)."""
+    return [r for r in _attempt(job).get("runs") or [] if isinstance(r, dict)]
+
+
+def _restarts(job: Mapping[str, Any] | None) -> int:
+    n = _num((job or {}).get("restarts"))
+    return int(n) if n is not None else 0
+
+
+def _requeued_between(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
+    """Running at both polls, but a run ended and the same Slurm job started again between
+    them (a requeue faster than the poll interval)."""
+    if new is None or str(old.get("slurm_id")) != str(new.get("slurm_id")):
+        return False
+    return len(_runs(new)) > len(_runs(old)) or _restarts(new) > _restarts(old)
+
+
+def _requeued_finding(host: str, label: str, old: Mapping[str, Any],
+                      new: Mapping[str, Any]) -> Finding:
+    """Info: the job is back in Slurm's queue under the same id. The batch script records a
+    run it requeued after the walltime warning (SLURM1's path); a requeue with no such record
+    is Slurm's own (preemption, node failure, an admin's scontrol requeue: SLURM5)."""
+    runs = _runs(new)
+    last = runs[-1] if runs else {}
+    by_script = bool(last.get("requeue")) and len(runs) > len(_runs(old))
+    seen = [f"Slurm job {new.get('slurm_id')} back in the queue"]
+    if by_script:
+        seen.append(f"run {last.get('restart')} exited {last.get('exit_code')} after the "
+                    f"walltime warning and the batch script requeued it")
+    else:
+        seen.append("no run record of this requeue: Slurm requeued it (preemption, node "
+                    "failure or scontrol requeue)")
+    state = new.get("slurm_state")
+    if state and new.get("state") == "queued":
+        seen.append(f"{state}" + (f" ({new.get('reason')})" if new.get("reason") else ""))
+    restarts = max(_restarts(new), len(runs))
+    if restarts:
+        seen.append(f"requeued x{restarts}")
+    return _finding("SLURM1" if by_script else "SLURM5", "info", host,
+                    f"{label} was requeued", "; ".join(seen))
+
+
+def walltime_left(job: Mapping[str, Any], now: float) -> float | None:
+    """Seconds until Slurm kills the job at its walltime: from ``end_time`` (squeue's time
+    left when probed), else ``time_limit_s`` after the current attempt's start."""
+    end = _num(job.get("end_time"))
+    if end is None:
+        limit = _num(job.get("time_limit_s"))
+        start = _num(_attempt(job).get("start"))
+        if limit is None or start is None:
+            return None
+        end = start + limit
+    return end - now
+
+
+def _slurm_end(host: str, key: str, job: Mapping[str, Any]) -> Finding | None:
+    state = str(job.get("slurm_state") or "")
+    fid = SLURM_END_IDS.get(state)
+    if fid is None or job.get("state") != "failed":
+        return None  # relaunched (a new attempt is queued) or ended some other way
+    label = f"job {key} ({job.get('name') or key})"
+    seen = [f"Slurm job {job.get('slurm_id')}"
+            + (f" on {job.get('node')}" if job.get("node") else "")]
+    elapsed, limit = _num(job.get("elapsed_s")), _num(job.get("time_limit_s"))
+    if elapsed is not None:
+        seen.append(f"ran {_fmt_s(elapsed)}"
+                    + (f" of a {_fmt_s(limit)} walltime" if limit is not None else ""))
+    if job.get("exit_code") is not None:
+        seen.append(f"exit {job.get('exit_code')}")
+    runs = _runs(job)
+    lead = _num(job.get("signal_lead_s"))
+    if state == "TIMEOUT":
+        if not lead:
+            seen.append("no walltime warning was armed (signal lead 0)")
+        elif runs and runs[-1].get("warned"):
+            seen.append(f"the warning ({lead:.0f} s before the wall) reached the job, "
+                        f"which did not stop in time")
+        elif runs:
+            seen.append("the walltime warning never reached the batch script")
+    if state in ("PREEMPTED", "NODE_FAIL") and job.get("ckpt_dir"):
+        seen.append(f"checkpoints in {job.get('ckpt_dir')}")
+    if runs and len(runs) > 1:
+        seen.append(f"after {len(runs) - 1} requeue(s)")
+    return _finding(fid, "warn", host, f"{label} {SLURM_END_TITLES[state]}", "; ".join(seen))
+
+
+def _slurm_ckpt_stale(host: str, key: str, job: Mapping[str, Any], t: float) -> Finding | None:
+    """SLURM2: the wall is near and the newest checkpoint is older than the warning lead, so
+    a warning that comes late (or a save that does not fit in KillWait) loses the gap."""
+    lead = _num(job.get("signal_lead_s"))
+    if job.get("state") not in ACTIVE_STATES or not lead:
+        return None
+    left = walltime_left(job, t)
+    if left is None or left >= SLURM_LEAD_FACTOR * lead:
+        return None
+    c = _ckpt(job)
+    mtime = _num(c.get("mtime")) if c else None
+    elapsed = _num(job.get("elapsed_s"))
+    if mtime is not None:
+        age = t - mtime
+        if age <= lead:
+            return None
+        newest = f"newest checkpoint {_fmt_s(age)} old ({c.get('path') if c else ''})"
+    else:
+        if elapsed is not None and elapsed <= lead:
+            return None  # running for less than a lead: nothing could be older than one yet
+        newest = "no checkpoint" + (f" in {job.get('ckpt_dir')}" if job.get("ckpt_dir")
+                                    else "")
+    label = f"job {key} ({job.get('name') or key})"
+    return _finding(
+        "SLURM2", "warn", host, f"{label}: no checkpoint newer than the warning lead",
+        f"Slurm job {job.get('slurm_id')}: walltime left {_fmt_s(left)}, warning "
+        f"{lead:.0f} s before the wall; {newest}")
+
+
+def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
+    """Steady Slurm findings: they hold as long as the job's record says so (Slurm's final
+    state persists in the queue's events), not only on the poll that saw the change."""
+    out: list[Finding] = []
+    # The record's times are the login node's clock, as is host.time: compare like with like.
+    t = _num(_host(snap).get("time"))
+    t = now if t is None else t
+    for key, job in _jobs(snap).items():
+        if not _is_slurm(job):
+            continue
+        for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t)):
+            if f is not None:
+                out.append(f)
+    return out
 
 
 # ------------------------------------------------------------------------------- GPU health
@@ -400,7 +585,8 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             m_old = _num(c_old.get("mtime")) if c_old else None
             m_new = _num(c_new.get("mtime")) if c_new else None
             ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
-            gpus = _job_gpus(job, snap)
+            # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs.
+            gpus = [] if _is_slurm(job) else _job_gpus(job, snap)
             utils = [_num(g.get("util_gpu_pct")) for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
                     and (log_grew or ckpt_moved):
@@ -415,8 +601,9 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                     "U43", "info", host, f"{label}: log silent but checkpoint advancing",
                     f"no new log bytes for {_fmt_s(window)} while the checkpoint mtime moved "
                     f"{_fmt_s((m_new or 0) - (m_old or 0))}: buffered, not hung"))
+        # Nor is the login node's cgroup a Slurm job's CPU slice (SLURM3 is that story).
         if state in ACTIVE_STATES and vcpus is not None and cpu_count is not None \
-                and vcpus < cpu_count:
+                and vcpus < cpu_count and not _is_slurm(job):
             env = job.get("env") if isinstance(job.get("env"), dict) else {}
             assert isinstance(env, dict)
             caps = [_int_env(env.get(v)) for v in THREAD_VARS]
@@ -561,6 +748,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += gpu_findings(host, prev, snap)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
+    out += slurm_findings(host, snap, now)
     return sort_findings(out)
 
 
@@ -588,6 +776,6 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 __all__ = [
     "FIX", "Finding", "Severity", "diagnose", "diagnose_fleet", "disk_findings",
-    "gpu_findings", "job_findings", "link_findings", "sort_findings", "vanished_findings",
-    "worst",
+    "gpu_findings", "job_findings", "link_findings", "slurm_findings", "sort_findings",
+    "vanished_findings", "walltime_left", "worst",
 ]
