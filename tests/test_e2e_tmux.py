@@ -94,7 +94,7 @@ def _kill_every_live_job(config: Path) -> None:
 def _isolated_env(tmp_path: Path) -> dict[str, str]:
     """Nothing of the runner's own HOME, config or agent reaches the app."""
     home = tmp_path / "home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -140,9 +140,14 @@ def start_room(room_config: Path, tmp_path: Path) -> Iterator[Any]:
 
 
 def _reap(pid: int) -> None:
+    """SIGKILL the app we started if it outlives its tmux server by 3 s."""
+    cmdline = Path(f"/proc/{pid}/cmdline")
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
+        try:
+            if b"gpuroom" not in cmdline.read_bytes():
+                return  # gone (a zombie's cmdline is empty), or the pid is someone else's now
+        except OSError:
             return
         time.sleep(0.05)
     try:
