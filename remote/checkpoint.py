@@ -795,8 +795,9 @@ class Checkpointer:
             try:
                 # O_EXCL on a fresh name, never O_TRUNC: ext4 flushes a file truncated by
                 # open(O_TRUNC) at close (auto_da_alloc). 0666 & ~umask (0644 typical), not
-                # mkstemp's 0600.
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+                # mkstemp's 0600. O_BINARY: Windows' default text mode rewrites every \n.
+                flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+                         | getattr(os, "O_BINARY", 0))
                 fd = os.open(str(tmp), flags, 0o666)
                 try:
                     writer = _WritebackWriter(fd)
