@@ -238,11 +238,8 @@ def test_add_kill_relaunch_in_tmux(start_room: Any, room_config: Path) -> None:
     screen = pane.wait_until(confirmed, STEP_S, f"{job_id} confirmed by the box")
     row = _queue_row(screen, job_id)
     assert row is not None
-    if row[2] != "running" and "running".startswith(row[2]):
-        # TEMPORARY (remove with the fix): widgets/rowtable.py updates cells without
-        # update_width, so a column sized for "sent…" cuts "running" to "runni".
-        pytest.xfail(f"queue state cell cut to {row[2]!r}: RowTable.update_cell needs "
-                     "update_width=True")
+    # A column sized for "sent…" must widen for "running", never cut it to "runni".
+    assert row[2] == "running" or not "running".startswith(row[2]), screen
     screen = pane.wait_until(running(1), STEP_S, f"{job_id} running, try 1")
     # The running job is the one shown below; its lines arrive while it runs.
     screen = pane.wait_until(lambda s: len(_ticks(s)) >= 3, STEP_S, "tick- lines in the log")

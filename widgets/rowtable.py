@@ -47,7 +47,8 @@ class RowTable(DataTable[Text]):
             for (key, cells), (_, old) in zip(rows, self._shown, strict=True):
                 for label, cell, before in zip(self._labels, cells, old, strict=True):
                     if cell != before:
-                        self.update_cell(key, label, cell)
+                        # A cell that grew (sent… -> running) must widen its column.
+                        self.update_cell(key, label, cell, update_width=True)
             self._shown = list(rows)
             return
         current = self.highlighted_key
