@@ -315,3 +315,19 @@ async def test_stale_host_and_new_log_bytes_update_panes() -> None:
         banner = app.query_one(DangerBanner)
         assert any(d.text.startswith("WARN h100-a: link stale") and "NOT mean the job died"
                    in d.text and d.text.endswith("[GEN8]") for d in banner.items)
+
+
+async def test_add_form_defaults_to_no_gpu_on_a_box_without_one() -> None:
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("a")
+        assert app.screen.query_one("#gpus", Input).value == "1"  # h100-a has GPUs
+        await pilot.press("escape")
+        app.query_one(HostsTable).focus()
+        await pilot.press("j", "j")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.selected_host == "local"
+        await pilot.press("a")
+        assert app.screen.query_one("#gpus", Input).value == "0"

@@ -457,7 +457,9 @@ class GpuroomApp(App[None]):
             if request is not None:
                 self._send_add(h.name, request)
 
-        self.push_screen(AddJobScreen(h.name), submitted)
+        # A job asking for a GPU on a box without one fails at once as unschedulable.
+        no_gpu = h.snapshot is not None and not gpu_rows(h.snapshot)
+        self.push_screen(AddJobScreen(h.name, gpus=0 if no_gpu else 1), submitted)
 
     def action_refresh(self) -> None:
         self._send_refresh(self.selected_host)

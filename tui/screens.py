@@ -165,16 +165,18 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, gpus: int = 1) -> None:
         super().__init__()
         self.host = host
+        self.default_gpus = gpus
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Add a job on {self.host}  (enter submits, esc cancels)", markup=False)
             yield Input(placeholder="command, e.g. python train.py --lr 3e-4", id="command")
             yield Input(placeholder="name (optional)", id="name")
-            yield Input(value="1", placeholder="GPUs", id="gpus", type="integer")
+            yield Input(value=str(self.default_gpus), placeholder="GPUs", id="gpus",
+                        type="integer")
             yield Input(value="0", placeholder="retries", id="retries", type="integer")
             yield Label("", id="error")
 
