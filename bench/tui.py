@@ -45,7 +45,6 @@ from _report import machine, write_section  # noqa: E402
 DATA = ROOT / "tests" / "data"
 SCENARIOS = ("healthy", "throttle", "inode", "failed", "stale")
 SIZE = (200, 60)
-COALESCE_S = 0.5  # the prototype's longest wait before the hosts table shows a poll
 KEY_TIMEOUT_S = 1.0  # a key not repainted within this counts as a miss (and as 1 s)
 TICK_S = 0.005
 
@@ -93,30 +92,6 @@ def fleet_data(n_hosts: int) -> tuple[dict[str, Any], str, str]:
 
 
 # ----------------------------------------------------------------------------- alternatives
-
-
-def coalesce_fleet_panes(app: Any, period: float) -> None:
-    """Prototype of the app change this bench argues for (docs/PERFORMANCE.md): rebuild the
-    hosts table and banner at most once per ``period`` instead of on every HostChanged, the
-    last change always drawn. Bench-only: it wraps the instance's method."""
-    real = app._refresh_fleet_panes
-    last = [-1e9]
-    timer: list[Any] = [None]
-
-    def flush() -> None:
-        timer[0] = None
-        last[0] = time.perf_counter()
-        real()
-
-    def coalesced() -> None:
-        wait = last[0] + period - time.perf_counter()
-        if timer[0] is None:
-            if wait <= 0:
-                flush()
-            else:
-                timer[0] = app.set_timer(wait, flush)
-
-    app._refresh_fleet_panes = coalesced
 
 
 def old_feed(self: Any, data: bytes, keep: int | None = None) -> list[str]:
@@ -213,8 +188,6 @@ async def measure(variant: str, *, n_hosts: int, seconds: float, rate_mb: float,
     t_start = time.time()
     base_now = float(data["now"])
     app = GpuroomApp(fleet, clock=lambda: base_now + (time.time() - t_start))
-    if variant == "coalesce":
-        coalesce_fleet_panes(app, COALESCE_S)
 
     phase = Phase("warmup")
     block = log_block(chunk_kib * 1024)
@@ -399,8 +372,8 @@ def main() -> int:
     parser.add_argument("--chunk-kib", type=int, default=1024, help="log bytes per snapshot")
     parser.add_argument("--poll-interval", type=float, default=5.0,
                         help="seconds between two polls of one host (0: no polls)")
-    parser.add_argument("--variants", nargs="+", default=["app", "coalesce", "pane"],
-                        choices=["app", "coalesce", "pane"])
+    parser.add_argument("--variants", nargs="+", default=["app", "pane"],
+                        choices=["app", "pane"])
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/")
     args = parser.parse_args()
@@ -444,7 +417,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
     apps = [r for r in runs if r["variant"] != "pane"]
     panes = [r for r in runs if r["variant"] == "pane"]
     variants = [v for v in args.variants if v != "pane"]
-    label = {"app": "app (as in the tree)", "coalesce": "app + coalesced hosts table (prototype)"}
+    label = {"app": "app (as in the tree)"}
     rate = f"{args.rate_mb:g} MB/s"
     lines = [
         f"Measured by `bench/tui.py` on {machine()}; Textual {textual_version()}; "
@@ -537,17 +510,15 @@ def textual_version() -> str:
 
 
 FINDINGS = """
-Where the time goes (cProfile of the same runs): every HostChanged rebuilds the whole hosts
-table (`_refresh_fleet_panes`: `host_row` for all 200 hosts, then `HostsTable.watch_hosts`
-clears and re-adds 200 rows) and the doctor's `new_criticals` recomputes the danger clocks of
-all 200 hosts, so each poll costs O(hosts): 200 hosts polled every 5 s ask for more CPU than
-the loop has (polls fed/s falls short of the 40 asked), and keys wait behind the backlog. The
-coalescing prototype (hosts table and banner at most every 0.5 s) cuts the idle key latency
-by an order of magnitude, but each coalesced rebuild is still one long stall. Per log
-snapshot the app still decodes the chunk's base64 three times (`_refresh_log` runs from
-`_refresh_host_panes` and twice from `JobSelected`, each calling `view.log_chunk`) and
-redraws the selected host's queue, GPU and disk panes, which caps the end-to-end log rate
-well below what the pane alone absorbs (last table).
+What made the difference (cProfile): the first cut of the room did O(hosts) work on every
+poll (all 200 host rows rebuilt, the DataTable cleared and refilled, the danger clocks of every
+host recomputed), so 200 hosts polled every 5 s wanted more CPU than the loop had; measured
+by this bench at 3c8dbff's parent, on a machine loaded to 5.5 on 2 cores: key p95 1184 ms, log
+3.4 MB/s, stalls of 1.4 s. Now (tui/app.py, widgets/rowtable.py): with more than 20 hosts the
+hosts table, banner and alerts are redrawn at most every 0.5 s; tables update only the cells
+that changed; the doctor sees each poll of one host, not the fleet; a snapshot's log chunk is
+decoded once however often the panes redraw; and the log pane sanitizes a chunk in one pass,
+only the lines its 10k ring keeps (last table).
 """
 
 
