@@ -253,3 +253,28 @@ async def test_P_then_T_against_the_real_box(sshd_box: Any, tmp_path: Path,
             assert marker.exists()
     finally:
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+async def test_slurm_queue_pane_shows_ids_states_and_reasons() -> None:
+    """The recorded real-Slurm session: the queue pane grows a slurm column while jobs are
+    pending with their reason, and the doctor explains the walltime kill."""
+    records = load_recording(Path(__file__).parent / "data" / "slurm" / "session.jsonl")
+    pending_at = next(i for i, r in enumerate(records) if any(
+        j.get("reason") == "Resources"
+        for j in (r.snapshot or {}).get("queue", {}).get("queues", {}).get("default", {})
+        .get("jobs", [])))
+    fleet = ReplayFleet(records[: pending_at + 1], speed=0)
+    app = GpuroomApp(fleet, clock=fleet.now)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await replayed(app, fleet, pilot)
+        table = app.query_one(QueueTable)
+        assert "slurm" in [str(c.label) for c in table.columns.values()]
+        cells = {j.id: j.slurm for j in table.jobs}
+        assert any("Resources" in c for c in cells.values()), cells
+        assert all(c for c in cells.values()), cells  # every job shows its Slurm id
+    fleet = ReplayFleet(records, speed=0)
+    app = GpuroomApp(fleet, clock=fleet.now)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await replayed(app, fleet, pilot)
+        ids = {f.id for f in app.findings_watch.findings("login")}
+        assert "SLURM2" in ids, ids  # the TIMEOUT job
