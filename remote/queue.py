@@ -109,13 +109,20 @@ def _tmux_base() -> Optional[List[str]]:
     return [tmux, "-L", socket] if socket else [tmux]
 
 
+def tmux_env() -> Dict[str, str]:
+    """The environment for our tmux calls. Run from inside the user's tmux (gpuroom on the
+    local host, in tmux), $TMUX would point tmux at the user's own server: the runner's
+    session belongs on the default (or GPUROOM_TMUX_SOCKET) server, as on any box."""
+    return {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+
+
 def tmux_session_exists(name: str) -> bool:
     base = _tmux_base()
     if base is None:
         return False
     try:
         proc = subprocess.run([*base, "ls"], check=False, stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=5)
+                              capture_output=True, timeout=5, env=tmux_env())
     except (OSError, subprocess.TimeoutExpired):
         return False
     text = proc.stdout.decode("utf-8", "replace")
@@ -166,7 +173,7 @@ def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Di
     if base is not None:
         # tmux >= 3.0 takes the command as an argv after --: no shell parses it.
         proc = subprocess.run([*base, "new-session", "-d", "-s", session, "--", *argv],
-                              check=False,
+                              check=False, env=tmux_env(),
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
         if proc.returncode == 0:
             method = "tmux"

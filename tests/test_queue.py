@@ -377,3 +377,33 @@ def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
             "mem_total_mib": 81559.0}
     snap = {"gpus": [full], "queue": {"queues": {"default": {"jobs": [job]}}}}
     assert [f.id for f in job_findings("box", None, snap)] == ["U10"]
+
+
+def test_runner_session_stays_off_the_users_own_tmux(box: Box, tmp_path: Path) -> None:
+    # gpuroom run inside the user's tmux (the local host): $TMUX names the user's server.
+    # The runner belongs on the default server (TMUX_TMPDIR here), never in the user's.
+    user_sock = tmp_path / "user-tmux.sock"
+    tmux = shutil.which("tmux")
+    assert tmux is not None
+    subprocess.run([tmux, "-S", str(user_sock), "-f", "/dev/null", "new-session", "-d",
+                    "-s", "mine", "sleep", "60"], check=True, timeout=10)
+    env = dict(box.env)
+    env.pop("GPUROOM_TMUX_SOCKET")
+    env["TMUX"] = f"{user_sock},1,0"
+    try:
+        doc = box.json("add", "--", "sleep", "5", env=env)
+        assert doc["runner"]["method"] == "tmux"
+        user = subprocess.run([tmux, "-S", str(user_sock), "ls", "-F", "#{session_name}"],
+                              capture_output=True, text=True, timeout=10,
+                              check=True).stdout.split()
+        plain = {k: v for k, v in env.items() if k != "TMUX"}
+        default = subprocess.run([tmux, "ls", "-F", "#{session_name}"], env=plain,
+                                 capture_output=True, text=True, timeout=10,
+                                 check=True).stdout.split()
+        assert user == ["mine"]
+        assert "gpuroom-default" in default
+    finally:
+        subprocess.run([tmux, "-S", str(user_sock), "kill-server"], timeout=10, check=False)
+        plain = {k: v for k, v in env.items() if k != "TMUX"}
+        subprocess.run([tmux, "kill-server"], env=plain, timeout=10, check=False,
+                       capture_output=True)
