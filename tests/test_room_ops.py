@@ -40,6 +40,15 @@ async def finish(app: GpuroomApp, group: str) -> None:
         await app.workers.wait_for_complete(workers)
 
 
+async def open_gate(app: GpuroomApp, pilot: Any) -> GateScreen:
+    """Press T and wait for the gate check; the gate screen it opens."""
+    await pilot.press("T")
+    await finish(app, "gate")
+    await pilot.pause()
+    assert isinstance(app.screen, GateScreen)
+    return app.screen
+
+
 async def replayed(app: GpuroomApp, fleet: ReplayFleet, pilot: Any) -> None:
     await asyncio.wait_for(fleet.finished.wait(), 20)
     await pilot.pause()
@@ -177,10 +186,7 @@ async def test_T_runs_teardown_only_when_safe_and_the_name_is_typed(tmp_path: Pa
     app, fleet, marker = ops_app(tmp_path, safe=True)
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
-        await pilot.press("T")
-        await finish(app, "gate")
-        await pilot.pause()
-        assert isinstance(app.screen, GateScreen)
+        await open_gate(app, pilot)
         box = app.screen.query_one("#confirm", Input)
         box.value = "h100-b"
         await pilot.press("enter")
@@ -197,10 +203,7 @@ async def test_T_offers_no_teardown_when_not_safe(tmp_path: Path) -> None:
     app, fleet, marker = ops_app(tmp_path, safe=False)
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
-        await pilot.press("T")
-        await finish(app, "gate")
-        await pilot.pause()
-        assert isinstance(app.screen, GateScreen)
+        await open_gate(app, pilot)
         assert not app.screen.query("#confirm")
         await pilot.press("escape")
         assert not isinstance(app.screen, GateScreen) and not marker.exists()
@@ -233,19 +236,13 @@ async def test_P_then_T_against_the_real_box(sshd_box: Any, tmp_path: Path,
                 if states.get(jid) == "succeeded":
                     break
                 assert time.monotonic() < deadline, states
-            await pilot.press("T")
-            await finish(app, "gate")
-            await pilot.pause()
-            assert isinstance(app.screen, GateScreen) and not app.screen.result.safe
+            assert not (await open_gate(app, pilot)).result.safe
             await pilot.press("escape")
             await pilot.press("P")
             await finish(app, "pull")
             assert (tmp_path / "pulls" / "box" / jid / "w.bin").read_bytes() == b"y" * 4096
-            await pilot.press("T")
-            await finish(app, "gate")
-            await pilot.pause()
-            assert isinstance(app.screen, GateScreen) and app.screen.result.safe, \
-                json.dumps(app.screen.result.to_json())
+            gate = await open_gate(app, pilot)
+            assert gate.result.safe, json.dumps(gate.result.to_json())
             app.screen.query_one("#confirm", Input).value = "box"
             await pilot.press("enter")
             await pilot.pause()

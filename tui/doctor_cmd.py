@@ -13,27 +13,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuroom.profiles import Profile, ProfileError, load_profile
+from gpuroom.profiles import Profile
 
 from . import config as cfg
 from .clock import ClockItem, banner_lines, host_clocks
 from .doctor import Finding, diagnose
 from .fleet import Fleet
 from .model import HostState, LinkState
+from .watch import cached_profile
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_CRITICAL = 4
-
-
-def _profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
-    if name not in cache:
-        try:
-            cache[name] = load_profile(name)
-        except ProfileError:
-            cache[name] = None  # "local" and unknown names: the doctor runs without facts
-    return cache[name]
 
 
 async def _poll(config: cfg.Config, only: str | None) -> list[HostState]:
@@ -52,7 +44,7 @@ def examine(states: list[HostState], now: float) -> tuple[list[Finding], list[Cl
     findings: list[Finding] = []
     clocks: list[ClockItem] = []
     for s in states:
-        profile = _profile(s.profile, cache)
+        profile = cached_profile(s.profile, cache)
         findings += diagnose(None, s.snapshot, s.state, profile, now,
                              host=s.name, error=s.error, last_ok=s.last_ok)
         if s.state is LinkState.UP:

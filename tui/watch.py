@@ -33,7 +33,8 @@ class _HostMemory:
     sticky: dict[tuple[str, str], tuple[Finding, float]] = field(default_factory=dict)
 
 
-def _profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
+def cached_profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
+    """A host's profile by name, loaded once; None for "local" and unknown names."""
     if name not in cache:
         try:
             cache[name] = load_profile(name)
@@ -60,7 +61,7 @@ class FleetWatch:
         self._alerted: set[tuple[str, str, str]] = set()
 
     def profile(self, name: str) -> Profile | None:
-        return _profile(name, self._profiles)
+        return cached_profile(name, self._profiles)
 
     def observe(self, h: HostState, now: float) -> None:
         """One poll outcome of ``h``. Seeing the same outcome twice changes nothing."""
