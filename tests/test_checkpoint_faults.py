@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+from test_checkpoint import _assert_tree_equal  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpuroom.remote import checkpoint as ckmod  # noqa: E402
@@ -60,21 +61,6 @@ def _run_until_step(cmd: list[str], step: int, sig: int) -> tuple[int, list[str]
             proc.wait()
     lines += rest.splitlines()
     return proc.returncode, lines
-
-
-def _assert_tree_equal(a: Any, b: Any, where: str) -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            _assert_tree_equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_tree_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import shlex
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import ClassVar
 
@@ -613,27 +613,28 @@ class GpuroomApp(App[None]):
     def _failed(self, what: str, host: str, exc: Exception, fix: str) -> None:
         self.notify(f"{what} on {host} failed: {exc}. Fix: {fix}", severity="error", timeout=15)
 
-    @work(exclusive=True, group="kill", exit_on_error=False)
-    async def _send_kill(self, host: str, job_id: str) -> None:
-        entry = pending_kill(job_id)
+    async def _pended(self, host: str, entry: str, call: Awaitable[None], what: str,
+                      fix: str) -> None:
+        """Show ``entry`` as pending while ``call`` runs; on failure take it back and say
+        why. On success it stays until a poll confirms it (principle 3)."""
         h = self._pending(host, entry)
         try:
-            await self.fleet.queue_kill(host, job_id)
+            await call
         except Exception as exc:
             self._unpend(h, entry)
-            self._failed(f"kill of job {job_id}", host, exc,
-                         "check the host is UP (r polls now), then K again")
+            self._failed(what, host, exc, fix)
+
+    @work(exclusive=True, group="kill", exit_on_error=False)
+    async def _send_kill(self, host: str, job_id: str) -> None:
+        await self._pended(host, pending_kill(job_id), self.fleet.queue_kill(host, job_id),
+                           f"kill of job {job_id}",
+                           "check the host is UP (r polls now), then K again")
 
     @work(exclusive=True, group="relaunch", exit_on_error=False)
     async def _send_relaunch(self, host: str, job_id: str, attempt: int | None) -> None:
-        entry = pending_relaunch(job_id, attempt)
-        h = self._pending(host, entry)
-        try:
-            await self.fleet.queue_relaunch(host, job_id)
-        except Exception as exc:
-            self._unpend(h, entry)
-            self._failed(f"relaunch of job {job_id}", host, exc,
-                         "check the host is UP (r polls now), then R again")
+        await self._pended(host, pending_relaunch(job_id, attempt),
+                           self.fleet.queue_relaunch(host, job_id), f"relaunch of job {job_id}",
+                           "check the host is UP (r polls now), then R again")
 
     @work(exclusive=True, group="add", exit_on_error=False)
     async def _send_add(self, host: str, request: AddJobRequest) -> None:
