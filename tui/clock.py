@@ -18,7 +18,15 @@ from typing import Any
 
 from gpuroom.profiles import Profile
 
-from .doctor import SEVERITY_RANK, Finding, Severity, walltime_left
+from .doctor import (
+    SEVERITY_RANK,
+    Finding,
+    Severity,
+    as_number,
+    fmt_duration,
+    host_section,
+    walltime_left,
+)
 from .fleet import iter_jobs
 from .model import Snapshot
 from .sanitize import sanitize_line, truncate_display
@@ -57,30 +65,8 @@ class ClockItem:
         return asdict(self)
 
 
-def _fmt_s(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
-
-
 def _money(price: float | None, seconds: float) -> str:
     return f"${price * seconds / 3600.0:.2f}" if price is not None else ""
-
-
-def _host(snap: Snapshot | None) -> dict[str, Any]:
-    h = (snap or {}).get("host")
-    return h if isinstance(h, dict) else {}
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def _jobs(snap: Snapshot | None) -> list[dict[str, Any]]:
@@ -88,10 +74,10 @@ def _jobs(snap: Snapshot | None) -> list[dict[str, Any]]:
 
 
 def gpu_idle(gpu: Mapping[str, Any]) -> bool:
-    power, limit = _num(gpu.get("power_w")), _num(gpu.get("power_limit_w"))
+    power, limit = as_number(gpu.get("power_w")), as_number(gpu.get("power_limit_w"))
     if power is not None and limit:
         return power <= IDLE_POWER_FRAC * limit
-    util = _num(gpu.get("util_gpu_pct"))
+    util = as_number(gpu.get("util_gpu_pct"))
     return util is not None and util <= 1.0
 
 
@@ -114,7 +100,7 @@ class IdleTracker:
     def feed(self, host: str, snapshot: Snapshot | None, now: float) -> None:
         if snapshot is None:
             return
-        boot = _host(snapshot).get("boot_id")
+        boot = host_section(snapshot).get("boot_id")
         if not is_idle(snapshot):
             self._since[host] = None
         elif self._since.get(host) is None:
@@ -137,7 +123,8 @@ def billed_seconds(snap: Snapshot, now: float, rented_at: float | None = None) -
     plus the probe's age)."""
     if rented_at is not None:
         return max(0.0, now - rented_at)
-    uptime, taken = _num(_host(snap).get("uptime_s")), _num(_host(snap).get("time"))
+    host = host_section(snap)
+    uptime, taken = as_number(host.get("uptime_s")), as_number(host.get("time"))
     if uptime is None:
         return None
     return uptime + (max(0.0, now - taken) if taken is not None else 0.0)
@@ -149,8 +136,8 @@ def _slurm_label(job: Mapping[str, Any]) -> str:
 
 
 def _lead_note(job: Mapping[str, Any]) -> str:
-    lead = _num(job.get("signal_lead_s"))
-    return f"; warning {_fmt_s(lead)} before" if lead else ""
+    lead = as_number(job.get("signal_lead_s"))
+    return f"; warning {fmt_duration(lead)} before" if lead else ""
 
 
 def _pending_since(job: Mapping[str, Any]) -> float | None:
@@ -158,9 +145,9 @@ def _pending_since(job: Mapping[str, Any]) -> float | None:
     requeue sent back (both on the login node's clock)."""
     attempts = job.get("attempts") or []
     attempt = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
-    since = _num(attempt.get("submitted"))
+    since = as_number(attempt.get("submitted"))
     runs = [r for r in attempt.get("runs") or [] if isinstance(r, dict)]
-    ended = _num(runs[-1].get("end")) if runs else None
+    ended = as_number(runs[-1].get("end")) if runs else None
     if ended is not None and (since is None or ended > since):
         since = ended
     return since
@@ -175,14 +162,14 @@ def _pending_item(host: str, job: Mapping[str, Any], snap: Snapshot, now: float)
     if since is not None:
         # Measured on the login node's clock up to the probe, then the probe's age: the same
         # rule as billed_seconds, so a skewed laptop clock does not age the wait.
-        taken = _num(_host(snap).get("time"))
+        taken = as_number(host_section(snap).get("time"))
         waited = ((taken - since) + max(0.0, now - taken)) if taken is not None else now - since
         waited = max(0.0, waited)
     requeued = bool(job.get("restarts")) or any(
         isinstance(a, dict) and a.get("runs") for a in (job.get("attempts") or [])[-1:])
     text = f"job {_slurm_label(job)}: pending"
     if waited is not None:
-        text += f" {_fmt_s(waited)}" + (" since its requeue" if requeued else "")
+        text += f" {fmt_duration(waited)}" + (" since its requeue" if requeued else "")
     text += f" ({reason})"
     sev: Severity = "warn" if waited is not None and waited > PENDING_WARN_S else "info"
     return ClockItem(host, "pending", sev, text, waited)
@@ -215,7 +202,7 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
     if billed is not None and price_per_hour is not None:
         since = "rented" if rented_at is not None else "boot"
         out.append(ClockItem(host, "spend", "info",
-                             f"{_money(price_per_hour, billed)} billed over {_fmt_s(billed)} "
+                             f"{_money(price_per_hour, billed)} billed over {fmt_duration(billed)} "
                              f"since {since} (${price_per_hour:.2f}/h)", billed))
     idle = tracker.idle_for(host, now) if tracker is not None else None
     if idle is not None and idle >= IDLE_NOTE_S:
@@ -223,7 +210,7 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
                          else "warn" if idle >= IDLE_WARN_S else "info")
         cost = _money(price_per_hour, idle)
         out.append(ClockItem(host, "idle", sev,
-                             f"idle {_fmt_s(idle)} while billing"
+                             f"idle {fmt_duration(idle)} while billing"
                              + (f": {cost} burnt" if cost else "")
                              + " (no job running, GPU at idle power)", idle))
     jobs = _jobs(snap)
@@ -236,7 +223,7 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
             if left is not None:
                 out.append(ClockItem(
                     host, "walltime", _timer_severity(left, WALLTIME_WARN_S, WALLTIME_CRIT_S),
-                    f"job {_slurm_label(job)}: walltime ends in {_fmt_s(left)} (SIGTERM, "
+                    f"job {_slurm_label(job)}: walltime ends in {fmt_duration(left)} (SIGTERM, "
                     f"then SIGKILL){_lead_note(job)}", left))
         elif job.get("state") == "queued" and job.get("slurm_id"):
             out.append(_pending_item(host, job, snap, now))
@@ -248,16 +235,16 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
         if clock.kind == "session_cap" and uptime is not None:
             left = clock.seconds - uptime
             out.append(ClockItem(host, "session_cap", _timer_severity(left),
-                                 f"session cap ({approx}{_fmt_s(clock.seconds)}) ends in "
-                                 f"{_fmt_s(left)}", left))
+                                 f"session cap ({approx}{fmt_duration(clock.seconds)}) ends in "
+                                 f"{fmt_duration(left)}", left))
         elif clock.kind == "idle_timeout" and idle is not None:
             left = clock.seconds - idle
             out.append(ClockItem(host, "idle_timeout", _timer_severity(left),
-                                 f"idle timeout ({approx}{_fmt_s(clock.seconds)}) disconnects "
-                                 f"in {_fmt_s(left)}", left))
+                                 f"idle timeout ({approx}{fmt_duration(clock.seconds)}) "
+                                 f"disconnects in {fmt_duration(left)}", left))
         elif clock.kind == "auto_release_after_stop":
             out.append(ClockItem(host, "auto_release", "info",
-                                 f"if stopped, released after {_fmt_s(clock.seconds)}: "
+                                 f"if stopped, released after {fmt_duration(clock.seconds)}: "
                                  f"{clock.text}", float(clock.seconds)))
     if jobs and all(j.get("state") in FINAL_STATES for j in jobs):
         # A job that died wants a relaunch (the doctor says why), not a pull: only finished work.

@@ -132,13 +132,14 @@ def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> 
 
 # ------------------------------------------------------------------------------- readers
 
-def _num(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
+    """A JSON number as float; bools, strings and null are not numbers here."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
-def _host(snap: Snapshot | None) -> dict[str, Any]:
+def host_section(snap: Snapshot | None) -> dict[str, Any]:
     h = (snap or {}).get("host")
     return h if isinstance(h, dict) else {}
 
@@ -189,7 +190,7 @@ def _log_size(job: Mapping[str, Any]) -> float | None:
     chunk = job.get("log_chunk")
     if not isinstance(chunk, dict):
         return None
-    return _num(chunk.get("size")) if chunk.get("size") is not None else _num(
+    return as_number(chunk.get("size")) if chunk.get("size") is not None else as_number(
         chunk.get("next_offset"))
 
 
@@ -206,13 +207,16 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover - the loop returns at TiB
 
 
-def _fmt_s(seconds: float) -> str:
+def fmt_duration(seconds: float) -> str:
+    """A duration as the doctor and the clock word it: 40 s, 12 min, 3.5 h, 4 days."""
     seconds = max(0.0, seconds)
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
 
 
 # ------------------------------------------------------------------------------- link
@@ -222,7 +226,7 @@ def link_findings(host: str, link: LinkState, error: str | None,
     """GEN8 / U3's separate trap: the poll failed, which says nothing about the job."""
     if link is LinkState.UP:
         return []
-    age = f"last good snapshot {_fmt_s(age_s)} ago" if age_s is not None else "never answered"
+    age = f"last good snapshot {fmt_duration(age_s)} ago" if age_s is not None else "never answered"
     return [_finding(
         "GEN8", "warn", host,
         f"link {link.value}: the poll failed, this does NOT mean the job died",
@@ -261,12 +265,13 @@ def _old_attempt_in(new: Mapping[str, Any] | None, old: Mapping[str, Any]) -> di
 def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
     """Explain each job that was running in ``prev`` and is not now, strongest evidence first."""
     out: list[Finding] = []
-    old_boot, new_boot = _host(prev).get("boot_id"), _host(snap).get("boot_id")
+    old_boot, new_boot = host_section(prev).get("boot_id"), host_section(snap).get("boot_id")
     rebooted = bool(prev) and old_boot is not None and new_boot is not None \
         and old_boot != new_boot
     old_jobs, new_jobs = _jobs(prev), _jobs(snap)
     events = _kernel_events(snap)
-    oom_before, oom_now = _num(_cgroup(prev).get("oom_kill")), _num(_cgroup(snap).get("oom_kill"))
+    oom_before = as_number(_cgroup(prev).get("oom_kill"))
+    oom_now = as_number(_cgroup(snap).get("oom_kill"))
     # The counter restarts at 0 with the box, so a rise only means something within one boot.
     cgroup_oom = (not rebooted and oom_before is not None and oom_now is not None
                   and oom_now > oom_before)
@@ -297,11 +302,11 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
                      and e.get("pid") == pid]
         if rebooted or ended.get("end_reason") == "orphaned_by_reboot":
             explained_reboot = True
-            uptime = _num(_host(snap).get("uptime_s"))
+            uptime = as_number(host_section(snap).get("uptime_s"))
             out.append(_finding(
                 "GEN6", "critical", host, f"{label} died: the box rebooted",
                 f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"
-                + (f", uptime {_fmt_s(uptime)}" if uptime is not None else "")))
+                + (f", uptime {fmt_duration(uptime)}" if uptime is not None else "")))
         elif cgroup_oom:
             out.append(_finding(
                 "U9", "critical", host, f"{label} died: cgroup OOM-kill",
@@ -371,7 +376,7 @@ def _runs(job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def _restarts(job: Mapping[str, Any] | None) -> int:
-    n = _num((job or {}).get("restarts"))
+    n = as_number((job or {}).get("restarts"))
     return int(n) if n is not None else 0
 
 
@@ -411,10 +416,10 @@ def _requeued_finding(host: str, label: str, old: Mapping[str, Any],
 def walltime_left(job: Mapping[str, Any], now: float) -> float | None:
     """Seconds until Slurm kills the job at its walltime: from ``end_time`` (squeue's time
     left when probed), else ``time_limit_s`` after the current attempt's start."""
-    end = _num(job.get("end_time"))
+    end = as_number(job.get("end_time"))
     if end is None:
-        limit = _num(job.get("time_limit_s"))
-        start = _num(_attempt(job).get("start"))
+        limit = as_number(job.get("time_limit_s"))
+        start = as_number(_attempt(job).get("start"))
         if limit is None or start is None:
             return None
         end = start + limit
@@ -429,14 +434,14 @@ def _slurm_end(host: str, key: str, job: Mapping[str, Any]) -> Finding | None:
     label = f"job {key} ({job.get('name') or key})"
     seen = [f"Slurm job {job.get('slurm_id')}"
             + (f" on {job.get('node')}" if job.get("node") else "")]
-    elapsed, limit = _num(job.get("elapsed_s")), _num(job.get("time_limit_s"))
+    elapsed, limit = as_number(job.get("elapsed_s")), as_number(job.get("time_limit_s"))
     if elapsed is not None:
-        seen.append(f"ran {_fmt_s(elapsed)}"
-                    + (f" of a {_fmt_s(limit)} walltime" if limit is not None else ""))
+        seen.append(f"ran {fmt_duration(elapsed)}"
+                    + (f" of a {fmt_duration(limit)} walltime" if limit is not None else ""))
     if job.get("exit_code") is not None:
         seen.append(f"exit {job.get('exit_code')}")
     runs = _runs(job)
-    lead = _num(job.get("signal_lead_s"))
+    lead = as_number(job.get("signal_lead_s"))
     if state == "TIMEOUT":
         if not lead:
             seen.append("no walltime warning was armed (signal lead 0)")
@@ -455,20 +460,20 @@ def _slurm_end(host: str, key: str, job: Mapping[str, Any]) -> Finding | None:
 def _slurm_ckpt_stale(host: str, key: str, job: Mapping[str, Any], t: float) -> Finding | None:
     """SLURM2: the wall is near and the newest checkpoint is older than the warning lead, so
     a warning that comes late (or a save that does not fit in KillWait) loses the gap."""
-    lead = _num(job.get("signal_lead_s"))
+    lead = as_number(job.get("signal_lead_s"))
     if job.get("state") not in ACTIVE_STATES or not lead:
         return None
     left = walltime_left(job, t)
     if left is None or left >= SLURM_LEAD_FACTOR * lead:
         return None
     c = _ckpt(job)
-    mtime = _num(c.get("mtime")) if c else None
-    elapsed = _num(job.get("elapsed_s"))
+    mtime = as_number(c.get("mtime")) if c else None
+    elapsed = as_number(job.get("elapsed_s"))
     if mtime is not None:
         age = t - mtime
         if age <= lead:
             return None
-        newest = f"newest checkpoint {_fmt_s(age)} old ({c.get('path') if c else ''})"
+        newest = f"newest checkpoint {fmt_duration(age)} old ({c.get('path') if c else ''})"
     else:
         if elapsed is not None and elapsed <= lead:
             return None  # running for less than a lead: nothing could be older than one yet
@@ -477,7 +482,7 @@ def _slurm_ckpt_stale(host: str, key: str, job: Mapping[str, Any], t: float) -> 
     label = f"job {key} ({job.get('name') or key})"
     return _finding(
         "SLURM2", "warn", host, f"{label}: no checkpoint newer than the warning lead",
-        f"Slurm job {job.get('slurm_id')}: walltime left {_fmt_s(left)}, warning "
+        f"Slurm job {job.get('slurm_id')}: walltime left {fmt_duration(left)}, warning "
         f"{lead:.0f} s before the wall; {newest}")
 
 
@@ -486,7 +491,7 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     state persists in the queue's events), not only on the poll that saw the change."""
     out: list[Finding] = []
     # The record's times are the login node's clock, as is host.time: compare like with like.
-    t = _num(_host(snap).get("time"))
+    t = as_number(host_section(snap).get("time"))
     t = now if t is None else t
     for key, job in _jobs(snap).items():
         if not _is_slurm(job):
@@ -500,9 +505,9 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
 # ------------------------------------------------------------------------------- GPU health
 
 def _underfed(gpu: Mapping[str, Any]) -> bool:
-    util, clock = _num(gpu.get("util_gpu_pct")), _num(gpu.get("clock_sm_mhz"))
-    clock_max = _num(gpu.get("clock_sm_max_mhz"))
-    power, limit = _num(gpu.get("power_w")), _num(gpu.get("power_limit_w"))
+    util, clock = as_number(gpu.get("util_gpu_pct")), as_number(gpu.get("clock_sm_mhz"))
+    clock_max = as_number(gpu.get("clock_sm_max_mhz"))
+    power, limit = as_number(gpu.get("power_w")), as_number(gpu.get("power_limit_w"))
     if None in (util, clock, clock_max, power, limit) or not clock_max or not limit:
         return False
     assert util is not None and clock is not None and power is not None
@@ -524,8 +529,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                 f"{gpu.get('clock_sm_max_mhz')} MHz, power {gpu.get('power_w')}/"
                 f"{gpu.get('power_limit_w')} W"))
         active = sorted(set(_reasons(gpu)) & THROTTLE_REASONS)
-        temp, clock = _num(gpu.get("temp_c")), _num(gpu.get("clock_sm_mhz"))
-        clock_max = _num(gpu.get("clock_sm_max_mhz"))
+        temp, clock = as_number(gpu.get("temp_c")), as_number(gpu.get("clock_sm_mhz"))
+        clock_max = as_number(gpu.get("clock_sm_max_mhz"))
         hot_slow = (temp is not None and temp >= HOT_C and clock is not None
                     and clock_max is not None and clock < BASE_CLOCK_FRAC * clock_max)
         if active or hot_slow:
@@ -567,11 +572,12 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
     out: list[Finding] = []
     old_jobs = _jobs(prev)
     window = None
-    t_prev, t_now = _num(_host(prev).get("time")), _num(_host(snap).get("time"))
+    t_prev = as_number(host_section(prev).get("time"))
+    t_now = as_number(host_section(snap).get("time"))
     if t_prev is not None and t_now is not None:
         window = t_now - t_prev
-    vcpus = _num(_cgroup(snap).get("cpu_quota_vcpus"))
-    cpu_count = _num(_host(snap).get("cpu_count"))
+    vcpus = as_number(_cgroup(snap).get("cpu_quota_vcpus"))
+    cpu_count = as_number(host_section(snap).get("cpu_count"))
     for key, job in _jobs(snap).items():
         state = job.get("state")
         label = f"job {key} ({job.get('name') or key})"
@@ -582,12 +588,12 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             c_old, c_new = _ckpt(old), _ckpt(job)
             log_grew = size_old is not None and size_new is not None and size_new > size_old
             log_flat = size_old is not None and size_new is not None and size_new == size_old
-            m_old = _num(c_old.get("mtime")) if c_old else None
-            m_new = _num(c_new.get("mtime")) if c_new else None
+            m_old = as_number(c_old.get("mtime")) if c_old else None
+            m_new = as_number(c_new.get("mtime")) if c_new else None
             ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
             # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs.
             gpus = [] if _is_slurm(job) else _job_gpus(job, snap)
-            utils = [_num(g.get("util_gpu_pct")) for g in gpus]
+            utils = [as_number(g.get("util_gpu_pct")) for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
                     and (log_grew or ckpt_moved):
                 out.append(_finding(
@@ -599,8 +605,8 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             if log_flat and ckpt_moved and window is not None and window >= LOG_SILENT_S:
                 out.append(_finding(
                     "U43", "info", host, f"{label}: log silent but checkpoint advancing",
-                    f"no new log bytes for {_fmt_s(window)} while the checkpoint mtime moved "
-                    f"{_fmt_s((m_new or 0) - (m_old or 0))}: buffered, not hung"))
+                    f"no new log bytes for {fmt_duration(window)} while the checkpoint mtime moved "
+                    f"{fmt_duration((m_new or 0) - (m_old or 0))}: buffered, not hung"))
         # Nor is the login node's cgroup a Slurm job's CPU slice (SLURM3 is that story).
         if state in ACTIVE_STATES and vcpus is not None and cpu_count is not None \
                 and vcpus < cpu_count and not _is_slurm(job):
@@ -629,14 +635,14 @@ def _int_env(value: Any) -> int | None:
 
 def _vram_short(host: str, label: str, job: Mapping[str, Any], snap: Snapshot) -> list[Finding]:
     """U10. The queue records no VRAM ask today; a job carrying ``vram_mib`` is checked."""
-    ask = _num(job.get("vram_mib"))
+    ask = as_number(job.get("vram_mib"))
     gpus = _gpus(snap)
     if ask is None or not gpus:
         return []
-    need = max(1, int(_num(job.get("gpus")) or 1))
+    need = max(1, int(as_number(job.get("gpus")) or 1))
     free = []
     for g in gpus:
-        used, total = _num(g.get("mem_used_mib")), _num(g.get("mem_total_mib"))
+        used, total = as_number(g.get("mem_used_mib")), as_number(g.get("mem_total_mib"))
         if used is not None and total is not None:
             free.append(total - used)
     fits = sum(1 for f in free if f >= ask)
@@ -683,8 +689,8 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
         and not isinstance(profile.inode_cap, bool) else None
     for d in _unique_disks(snap):
         where = d.get("real_path") or d.get("path")
-        ti, fi = _num(d.get("total_inodes")), _num(d.get("free_inodes"))
-        tb, fb = _num(d.get("total_bytes")), _num(d.get("free_bytes"))
+        ti, fi = as_number(d.get("total_inodes")), as_number(d.get("free_inodes"))
+        tb, fb = as_number(d.get("total_bytes")), as_number(d.get("free_bytes"))
         bytes_pct = 100.0 * (1 - fb / tb) if tb and fb is not None else None
         if ti and fi is not None:
             used = ti - fi
@@ -714,8 +720,8 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
         where = str(holder.get("real_path") or holder.get("path"))
         if where in seen_u6:
             continue  # the disk-full finding already says it
-        tb, fb = _num(holder.get("total_bytes")), _num(holder.get("free_bytes"))
-        size = _num(c.get("size"))
+        tb, fb = as_number(holder.get("total_bytes")), as_number(holder.get("free_bytes"))
+        size = as_number(c.get("size"))
         if tb is None or fb is None or not tb:
             continue
         pct = 100.0 * (1 - fb / tb)
