@@ -24,7 +24,8 @@ from textual.containers import Horizontal
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 
-from gpuroom.tui.clock import billed_seconds
+from gpuroom.tui.clock import ClockItem, banner_lines, billed_seconds
+from gpuroom.tui.doctor import Finding
 from gpuroom.tui.findings_screen import FindingsScreen
 from gpuroom.tui.fleetapi import FleetAPI
 from gpuroom.tui.gate import GateResult
@@ -207,8 +208,8 @@ class GpuroomApp(App[None]):
             self.findings_watch.observe(h, self.clock())
         self.post_message(HostChanged(host))
 
-    def _alert(self) -> None:
-        fresh = self.findings_watch.new_criticals(self.fleet.hosts(), self.clock())
+    def _alert(self, findings: list[Finding], clocks: list[ClockItem]) -> None:
+        fresh = self.findings_watch.new_criticals(findings, clocks)
         if not fresh:
             return
         if self._bell:
@@ -277,9 +278,11 @@ class GpuroomApp(App[None]):
                                  findings=severities.get(h.name, ())))
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
-        self._alert()
+        # Findings and clocks once per redraw: banner and alerts read the same lists.
+        clocks = self.findings_watch.clocks(hosts, now)
+        self._alert(findings, clocks)
         items = [Danger("crit" if line.startswith("CRITICAL") else "warn", "", line)
-                 for line in self.findings_watch.banner(hosts, now)]
+                 for line in banner_lines(findings, clocks)]
         # A failed job the doctor did not explain still makes the banner.
         items += failed_job_dangers(hosts, now, [(f.host, f.title) for f in findings])
         self.query_one(DangerBanner).items = tuple(items)

@@ -120,15 +120,15 @@ class FleetWatch:
         hosts = list(hosts)
         return banner_lines(self.findings(), self.clocks(hosts, now), limit=limit)
 
-    def new_criticals(self, hosts: Iterable[HostState], now: float) -> list[str]:
+    def new_criticals(self, findings: Iterable[Finding], clocks: Iterable[ClockItem]
+                      ) -> list[str]:
         """Critical items not alerted before, as banner lines; each is returned once.
 
-        An item that clears and comes back later is new again.
+        ``findings`` and ``clocks`` are this moment's (``findings()``, ``clocks()``). An item
+        that clears and comes back later is new again.
         """
-        hosts = list(hosts)
-        items: list[Finding | ClockItem] = [f for f in self.findings()
-                                            if f.severity == "critical"]
-        items += [c for c in self.clocks(hosts, now) if c.severity == "critical"]
+        items: list[Finding | ClockItem] = [f for f in findings if f.severity == "critical"]
+        items += [c for c in clocks if c.severity == "critical"]
         live = {_key(i) for i in items}
         self._alerted &= live
         fresh = []
@@ -137,6 +137,6 @@ class FleetWatch:
             if k in self._alerted:
                 continue
             self._alerted.add(k)
-            fresh.append(banner_lines([i], []) [0] if isinstance(i, Finding)
+            fresh.append(banner_lines([i], [])[0] if isinstance(i, Finding)
                          else banner_lines([], [i])[0])
         return fresh
