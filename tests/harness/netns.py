@@ -139,18 +139,6 @@ class JumpTopology(SshClient):
     def known_hosts(self) -> Path:
         return self.workdir / "known_hosts"
 
-    @property
-    def user(self) -> str:
-        return self.identity.user.name
-
-    @property
-    def home(self) -> Path:
-        return self.identity.user.home
-
-    @property
-    def client_key(self) -> Path:
-        return self.identity.client_key
-
     # -- build and tear down -------------------------------------------------------------------
     def _route_args(self) -> list[str]:
         return ["unreachable", SUPERNET, "metric", str(self.route_metric)]

@@ -457,10 +457,24 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class SshClient:
-    """The plain OpenSSH client against this harness's generated ssh_config.
+    """The plain OpenSSH client against this harness's generated ssh_config, as the test user.
 
-    Subclasses provide ``ssh_config`` and ``default_alias``.
+    Subclasses provide ``identity``, ``ssh_config`` and ``default_alias``.
     """
+
+    identity: ClientIdentity
+
+    @property
+    def user(self) -> str:
+        return self.identity.user.name
+
+    @property
+    def home(self) -> Path:
+        return self.identity.user.home
+
+    @property
+    def client_key(self) -> Path:
+        return self.identity.client_key
 
     @property
     def ssh_config(self) -> Path:
@@ -515,18 +529,6 @@ class SshdBox(SshClient):
     @property
     def port(self) -> int:
         return self.server.port
-
-    @property
-    def user(self) -> str:
-        return self.identity.user.name
-
-    @property
-    def home(self) -> Path:
-        return self.identity.user.home
-
-    @property
-    def client_key(self) -> Path:
-        return self.identity.client_key
 
     @property
     def host_key_pub(self) -> str:
