@@ -9,6 +9,10 @@ and pulling its target would be pulling something the user never asked for.
 
 Bounded in file count and wall time: a cut answer says ``complete: false`` and why, so the
 jump host never mistakes a partial list for the whole dir. Standard library only (py3.8+).
+
+``--defer-above BYTES`` lists files of that size or more with ``sha256: null, deferred: true``
+unless the cache knows them: a pull starts moving a big file at once and asks for its digest
+(``--only``) while the bytes travel, instead of waiting for the box to read the file twice.
 """
 
 from __future__ import annotations
@@ -86,12 +90,13 @@ def _walk(root: str, rel: str, out: List[Tuple[str, Any]]) -> None:
 
 def build(root_arg: str, max_files: int = DEFAULT_MAX_FILES,
           deadline_s: float = DEFAULT_DEADLINE_S, only: Optional[List[str]] = None,
-          use_cache: bool = True) -> Dict[str, Any]:
+          use_cache: bool = True, *, defer_above: Optional[int] = None) -> Dict[str, Any]:
     started = time.monotonic()
     deadline = started + deadline_s
     root = os.path.abspath(os.path.expanduser(root_arg))
     doc: Dict[str, Any] = {"schema": SCHEMA, "dir": root, "files": [], "complete": True,
-                           "reason": None, "cache_hits": 0, "hashed": 0, "total_bytes": 0}
+                           "reason": None, "cache_hits": 0, "hashed": 0, "deferred": 0,
+                           "total_bytes": 0}
     if not os.path.isdir(root):
         doc.update(complete=False, reason="not a directory: " + root)
         return doc
@@ -139,6 +144,12 @@ def build(root_arg: str, max_files: int = DEFAULT_MAX_FILES,
             if cached and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
                 digest = cached[2]
                 doc["cache_hits"] += 1
+            elif defer_above is not None and st.st_size >= defer_above:
+                files.append({"path": rel, "kind": "file", "size": st.st_size,
+                              "mtime_ns": st.st_mtime_ns, "sha256": None, "deferred": True})
+                doc["deferred"] += 1
+                doc["total_bytes"] += st.st_size
+                continue
             else:
                 try:
                     digest = _hash_file(path, deadline)
@@ -173,8 +184,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--only", action="append", default=None, metavar="REL",
                         help="list just this relative path (repeatable)")
     parser.add_argument("--no-cache", action="store_true")
+    parser.add_argument("--defer-above", type=int, default=None, metavar="BYTES",
+                        help="list uncached files this big or bigger without hashing them")
     args = parser.parse_args(argv)
-    doc = build(args.dir, args.max_files, args.deadline, args.only, not args.no_cache)
+    doc = build(args.dir, args.max_files, args.deadline, args.only, not args.no_cache,
+                defer_above=args.defer_above)
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
     return 0
 

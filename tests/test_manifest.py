@@ -84,3 +84,24 @@ def test_only_and_missing_dir(home: Path, tmp_path: Path,
                                                                  ("gone", "missing")]
     nodir = manifest.build(str(tmp_path / "nope"))
     assert nodir["complete"] is False and "not a directory" in nodir["reason"]
+
+
+def test_defer_above_lists_big_uncached_files_without_reading_them(
+        home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    make(d / "big.bin", b"x" * 5000)
+    make(d / "small.txt", b"s")
+    first = manifest.build(str(d), defer_above=4096)
+    files = {f["path"]: f for f in first["files"]}
+    assert first["complete"] is True and first["hashed"] == 1 and first["deferred"] == 1
+    assert files["big.bin"] == {"path": "big.bin", "kind": "file", "size": 5000,
+                                "mtime_ns": OLD_NS, "sha256": None, "deferred": True}
+    assert files["small.txt"]["sha256"] == hashlib.sha256(b"s").hexdigest()
+    assert first["total_bytes"] == 5001
+    # The pull asks for the big file on its own; that answer lands in the cache, so the
+    # next deferring manifest has the digest at once and defers nothing.
+    only = manifest.build(str(d), only=["big.bin"])
+    assert only["files"][0]["sha256"] == hashlib.sha256(b"x" * 5000).hexdigest()
+    again = manifest.build(str(d), defer_above=4096)
+    assert again["deferred"] == 0 and again["cache_hits"] == 2
+    assert again["files"][0] == only["files"][0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -170,18 +171,25 @@ async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(
     assert load_records(state) == []
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["hashed-first", "hashed-in-flight"])
 async def test_file_rewritten_during_pull_is_refetched_whole(
-        sshd_box: Any, tmp_path: Path) -> None:
+        sshd_box: Any, tmp_path: Path, deferred: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if deferred:  # the box lists the file unhashed and hashes it while it travels
+        monkeypatch.setattr(transfer, "DEFER_HASH_BYTES", 100_000)
     src = box_dir(sshd_box, "ckpt_rewrite")
     victim = src / "model.bin"
     victim.write_bytes(b"a" * 300_000)
     os.utime(victim, ns=(OLD_NS, OLD_NS))
     own(sshd_box, src)
-    new = os.urandom(300_000)
+    # Another size too: when the box hashes it in flight, that hash is already of the new
+    # file, and only the size tells the digest from the bytes that were listed.
+    new = os.urandom(200_000)
     done = False
+    seen: list[Progress] = []
 
     def rewrite(p: Progress) -> None:
         nonlocal done
+        seen.append(p)
         if not done:
             done = True
             victim.write_bytes(new)  # a new mtime: the box's manifest sees a new file
@@ -192,8 +200,95 @@ async def test_file_rewritten_during_pull_is_refetched_whole(
                             state_path=tmp_path / "s.json")
     finally:
         await link.close()
-    assert result.ok and "re-fetched" in result.files[0].detail
+    [fr] = result.files
+    assert result.ok and "re-fetched" in fr.detail, fr.detail
     assert (tmp_path / "out" / "model.bin").read_bytes() == new
+    assert fr.size == len(new) and fr.sha256 == hashlib.sha256(new).hexdigest()
+    assert (seen[-1].done, seen[-1].total) == (len(new), len(new))  # progress ends at 100 %
+
+
+@pytest.mark.parametrize("method", METHODS)
+async def test_file_deleted_on_the_box_during_pull_fails_alone(
+        sshd_box: Any, tmp_path: Path, method: str) -> None:
+    src = box_dir(sshd_box, "ckpt_vanish")
+    (src / "a.bin").write_bytes(os.urandom(50_000))
+    (src / "b.bin").write_bytes(b"kept")
+    own(sshd_box, src)
+
+    def delete_a(p: Progress) -> None:
+        if p.path == "a.bin":
+            (src / "a.bin").unlink(missing_ok=True)  # a cleanup job on the box, say
+
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", on_progress=delete_a,
+                            state_path=tmp_path / "s.json", method=method)
+    finally:
+        await link.close()
+    status = {f.path: (f.status, f.detail) for f in result.files}
+    assert status == {"a.bin": ("failed", "gone on the box since it was listed: nothing kept"),
+                      "b.bin": ("verified", "")}
+    assert not result.ok and (tmp_path / "out" / "b.bin").read_bytes() == b"kept"
+    assert not list((tmp_path / "out").glob("a.bin*"))
+
+
+async def test_big_files_are_hashed_on_the_box_while_they_travel(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "DEFER_HASH_BYTES", 1 << 20)
+    src = box_dir(sshd_box, "ckpt_defer")
+    blobs = {"a.bin": os.urandom(3 << 20), "b.bin": os.urandom(2 << 20), "c.txt": b"small"}
+    for name, data in blobs.items():
+        (src / name).write_bytes(data)
+        os.utime(src / name, ns=(OLD_NS, OLD_NS))
+    own(sshd_box, src)
+    done = 0
+    calls: list[tuple[list[str] | None, int | None, int]] = []
+    answers: list[dict[str, Any]] = []
+    real_take = transfer.take_manifest
+
+    async def spy(link: HostLink, remote_dir: str, only: list[str] | None = None,
+                  **kw: Any) -> dict[str, Any]:
+        calls.append((only, kw.get("defer_above"), done))
+        doc = await real_take(link, remote_dir, only, **kw)
+        answers.append(doc)
+        return doc
+
+    def progress(p: Progress) -> None:
+        nonlocal done
+        done = p.done
+
+    monkeypatch.setattr(transfer, "take_manifest", spy)
+    state = tmp_path / "pulls.json"
+    link = link_for(sshd_box)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", state_path=state,
+                            on_progress=progress, method="sftp")
+    finally:
+        await link.close()
+    assert result.ok, [(f.path, f.detail) for f in result.files]
+    # One listing that leaves the big files unhashed, then one hash each, in pull order.
+    assert [(only, defer) for only, defer, _ in calls] == [
+        (None, 1 << 20), (["a.bin"], None), (["b.bin"], None)]
+    assert {f["path"]: f["sha256"] for f in answers[0]["files"]} == {
+        "a.bin": None, "b.bin": None, "c.txt": hashlib.sha256(b"small").hexdigest()}
+    # The box was asked for a.bin's digest before a.bin had arrived.
+    assert calls[1][2] < len(blobs["a.bin"])
+    want = {name: hashlib.sha256(data).hexdigest() for name, data in blobs.items()}
+    assert {f.path: f.sha256 for f in result.files} == want
+    assert {f.path: f.detail for f in result.files} == dict.fromkeys(blobs, "")
+    for name, data in blobs.items():
+        assert (tmp_path / "out" / name).read_bytes() == data
+    [record] = load_records(state)
+    assert {f["path"]: f["sha256"] for f in record["files"]} == want
+    # The in-flight digests landed in the box's cache: the next listing defers nothing.
+    calls.clear()
+    link = link_for(sshd_box)
+    try:
+        again = await pull(link, str(src), tmp_path / "out", state_path=state, method="sftp")
+    finally:
+        await link.close()
+    assert again.ok and [c[0] for c in calls] == [None]
+    assert {f.path: f.detail for f in again.files} == dict.fromkeys(blobs, "already here")
 
 
 async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path: Path) -> None:

@@ -61,6 +61,10 @@ class LinkError(Exception):
         super().__init__(f"{host}: {message}" + (f". Fix: {fix}" if fix else ""))
 
 
+class RemoteFileError(LinkError):
+    """The file, not the link: it vanished, shrank or could not be read; the link is fine."""
+
+
 class HostKeyError(LinkError):
     """The box's host key is unknown or changed: refused, never silently trusted."""
 
@@ -633,8 +637,10 @@ class PullIO:
 
     async def _fail(self, what: str, exc: BaseException) -> LinkError:
         # A missing file or an SFTP status is about the file; anything else is the link.
-        if not isinstance(exc, (FileNotFoundError, EOFError, asyncssh.SFTPError)):
-            await self.link._drop()
+        if isinstance(exc, (FileNotFoundError, EOFError, asyncssh.SFTPError)) and \
+                not isinstance(exc, asyncssh.SFTPConnectionLost):
+            return RemoteFileError(self.link.name, f"{what} failed: {_describe(exc)}")
+        await self.link._drop()
         return LinkError(self.link.name, f"{what} failed: {_describe(exc)}")
 
     async def read_range(self, remote_path: str, offset: int, length: int) -> bytes:

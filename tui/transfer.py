@@ -1,13 +1,15 @@
 """Pull a job's outputs from a box: manifest, resumable download, hash check, load test.
 
 Order per file (the teardown gate trusts only what this module recorded):
-  manifest on the box -> path safety -> download to NAME.part, resuming from its size (U12;
-  SFTP on the link, or ``rsync --append`` over the same ssh alias for big files when both
-  ends have rsync) -> sha256 of the whole .part against the manifest, read behind the writer
-  -> rename to NAME only on a match. A mismatch re-takes the manifest for that file and
-  re-fetches from zero once (a file that changed during the pull is fetched again, never
-  mixed); a second mismatch is a failure and leaves no NAME. Then torch files are
-  load-tested on the jump host when torch is there.
+  manifest on the box (big files listed unhashed; the box hashes them one by one while they
+  travel, so a first pull is not a full read of the dir before the first byte moves) ->
+  path safety -> download to NAME.part, resuming from its size (U12; SFTP on the link, or
+  ``rsync --append`` over the same ssh alias for big files when both ends have rsync) ->
+  sha256 of the whole .part, read behind the writer, against the box's digest -> rename to
+  NAME only on a match. A mismatch, or a file that shrank or vanished mid-fetch, re-takes the
+  box's entry for that file and re-fetches from zero once (a file that changed during the
+  pull is fetched again, never mixed); a second mismatch is a failure and leaves no NAME.
+  Then torch files are load-tested on the jump host when torch is there.
 Verified pulls land in ``user_state_dir("gpuroom")/pulls.json``, written atomically, so the
 gate survives restarts.
 """
@@ -42,6 +44,7 @@ from .link import (
     HostLink,
     LinkError,
     PullIO,
+    RemoteFileError,
 )
 from .sanitize import sanitize_line
 
@@ -50,6 +53,10 @@ LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on
 MANIFEST_TIMEOUT_S = 300.0
 HASH_CHUNK = 1 << 20
 TAIL_HASH_CHUNK = 4 << 20  # the hasher thread's pread size: few GIL hand-offs per GiB
+# Files at least this big are not hashed by the first manifest but while they travel
+# (_BoxDigests). Below it, hashing costs less than the extra helper call (~50 ms) would.
+DEFER_HASH_BYTES = 64 << 20
+HASH_FLOOR_BPS = 50e6
 # Files at least this big go through rsync when both ends have it: on loopback it moved a
 # 2 GiB file 2-4x faster than asyncssh's SFTP (bench/pull.py, docs/PERFORMANCE.md). Smaller
 # ones stay on SFTP: each rsync is a new ssh login (a round trip or three), SFTP reuses the
@@ -135,12 +142,20 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-async def take_manifest(link: HostLink, remote_dir: str,
-                        only: list[str] | None = None) -> dict[str, Any]:
+async def take_manifest(link: HostLink, remote_dir: str, only: list[str] | None = None, *,
+                        defer_above: int | None = None,
+                        deadline_s: float | None = None) -> dict[str, Any]:
+    """The box's manifest of ``remote_dir``; see remote/manifest.py for ``defer_above``."""
     args = ["manifest", remote_dir]
     for rel in only or []:
         args += ["--only", rel]
-    result = await link.helper(*args, timeout_s=MANIFEST_TIMEOUT_S)
+    if defer_above is not None:
+        args += ["--defer-above", str(defer_above)]
+    timeout_s = MANIFEST_TIMEOUT_S
+    if deadline_s is not None:
+        args += ["--deadline", f"{deadline_s:.0f}"]
+        timeout_s = max(timeout_s, deadline_s + 60.0)
+    result = await link.helper(*args, timeout_s=timeout_s)
     try:
         doc = json.loads(result.stdout)
     except ValueError:
@@ -150,6 +165,72 @@ async def take_manifest(link: HostLink, remote_dir: str,
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise PullError(f"{link.name}: manifest of {remote_dir}: unexpected answer")
     return doc
+
+
+def hash_deadline_s(size: int) -> float:
+    """How long the box may take to hash one file: the default bound, plus a slow disk's pace.
+
+    The default bound alone would cut the manifest of any file past ~100 GB; a file that
+    big reads at 50 MB/s even from a network volume.
+    """
+    return 120.0 + size / HASH_FLOOR_BPS
+
+
+async def box_file_entry(link: HostLink, remote_dir: str, rel: str,
+                         size: int) -> dict[str, Any] | None:
+    """The box's manifest entry of one file, hashed now; None when it is gone or unreadable."""
+    doc = await take_manifest(link, remote_dir, only=[rel], deadline_s=hash_deadline_s(size))
+    for e in doc["files"]:
+        if e.get("path") == rel and e.get("kind") == "file" and e.get("sha256"):
+            return dict(e)
+    return None
+
+
+class _BoxDigests:
+    """The box hashes the files its manifest deferred, one after another, in pull order.
+
+    Started as soon as the first (stat-only for big files) manifest is in, so the box reads
+    file N for its digest while file N's bytes are on the wire: a first pull of a big
+    checkpoint costs about the transfer, not a full read of it first. One at a time, never in
+    parallel: the box's disk is read in order, and its manifest cache is written by one
+    process at a time.
+    """
+
+    def __init__(self, link: HostLink, remote_dir: str,
+                 entries: list[dict[str, Any]]) -> None:
+        loop = asyncio.get_running_loop()
+        self._futures: dict[str, asyncio.Future[dict[str, Any] | None]] = {
+            str(e["path"]): loop.create_future() for e in entries}
+        self._task = asyncio.ensure_future(self._run(link, remote_dir, entries)) \
+            if entries else None
+
+    async def _run(self, link: HostLink, remote_dir: str,
+                   entries: list[dict[str, Any]]) -> None:
+        for e in entries:
+            fut = self._futures[str(e["path"])]
+            try:
+                fut.set_result(await box_file_entry(link, remote_dir, str(e["path"]),
+                                                    int(e["size"])))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. the link dropped: every waiter hears of it
+                for left in self._futures.values():
+                    if not left.done():
+                        left.set_exception(exc)
+                return
+
+    async def entry(self, rel: str) -> dict[str, Any] | None:
+        return await asyncio.shield(self._futures[rel])
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for fut in self._futures.values():
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: an error nobody waited for is not logged
+            else:
+                fut.cancel()
 
 
 def torch_available() -> bool:
@@ -299,8 +380,10 @@ class _Rsync:
         if proc.returncode != 0:
             lines = [sanitize_line(x) for x in err.decode(errors="replace").splitlines()]
             tail = " | ".join(x for x in lines if x)[-400:]
-            raise LinkError(self.link.name, f"rsync of {remote} exited {proc.returncode} "
-                                            f"after {appended} bytes: {tail}")
+            # 23: a file-level error (gone, unreadable), 24: the file vanished mid-transfer.
+            error = RemoteFileError if proc.returncode in (23, 24) else LinkError
+            raise error(self.link.name, f"rsync of {remote} exited {proc.returncode} "
+                                        f"after {appended} bytes: {tail}")
         m = _RSYNC_RECEIVED.search(out.decode(errors="replace"))
         # rsync's own count of what crossed the wire; the .part growth when it says nothing.
         return int(re.sub(r"\D", "", m.group(1))) if m else appended
@@ -403,9 +486,9 @@ class _TailHasher:
             self._cond.notify()
 
 
-async def _fetch_verified(fetch: FetchFn, remote: str, part: Path, *, size: int, sha: str,
-                          meter: _Meter, fr: FileResult) -> bool:
-    """Resume (or start) the .part and check it against ``sha``; True on a match."""
+async def _fetch(fetch: FetchFn, remote: str, part: Path, *, size: int, meter: _Meter,
+                 fr: FileResult) -> str:
+    """Resume (or start) the .part; returns the sha256 of the whole .part ("" if unknown)."""
     offset = part.stat().st_size if part.exists() else 0
     if offset > size:
         offset = 0  # longer than the file on the box: cannot be a prefix of it
@@ -431,18 +514,30 @@ async def _fetch_verified(fetch: FetchFn, remote: str, part: Path, *, size: int,
     finally:
         fr.bytes_transferred += last
     fr.bytes_transferred += n - last
-    return await hasher.finish() == sha
+    return await hasher.finish()
 
 
 async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_dir: str,
-                     entry: dict[str, Any], *, target: Path, meter: _Meter) -> FileResult:
+                     entry: dict[str, Any], *, target: Path, meter: _Meter,
+                     digests: _BoxDigests) -> FileResult:
     rel = entry["path"]
-    size, sha = int(entry["size"]), str(entry["sha256"])
-    fr = FileResult(path=rel, size=size, sha256=sha)
+    size = int(entry["size"])
+    fr = FileResult(path=rel, size=size, sha256=entry.get("sha256"))
     remote = remote_dir.rstrip("/") + "/" + rel
     part = target.with_name(target.name + ".part")
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and await asyncio.to_thread(sha256_file, target) == sha:
+
+    async def box_sha() -> str | None:
+        """The box's digest; a deferred one waits for the box's hashing pass."""
+        if fr.sha256 is None:
+            again = await digests.entry(rel)
+            if again is None or int(again["size"]) != size:
+                return None  # gone, unreadable or resized on the box since it was listed
+            fr.sha256 = str(again["sha256"])
+        return fr.sha256
+
+    if target.exists() and (want := await box_sha()) is not None and \
+            await asyncio.to_thread(sha256_file, target) == want:
         fr.status, fr.verified_by, fr.detail = "verified", "hash", "already here"
         meter.report(rel, size)
         return fr
@@ -454,24 +549,33 @@ async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_di
         fr.via = "sftp"
         return io.fetch_file
 
-    if await _fetch_verified(await fetcher(size), remote, part, size=size, sha=sha,
-                             meter=meter, fr=fr):
+    counted = meter.done
+    try:
+        got = await _fetch(await fetcher(size), remote, part, size=size, meter=meter, fr=fr)
+    except RemoteFileError:
+        got = ""  # it shrank or vanished since it was listed: as a mismatch, ask again
+    if got and got == await box_sha():
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
         return fr
     # Mismatch: the .part may mix two versions of a file rewritten on the box. Ask the box
-    # again what the file is now, and fetch it whole once.
+    # again what the file is now (a LinkError here keeps the .part), and fetch it whole once.
+    again = await box_file_entry(link, remote_dir, rel, size)
     part.unlink(missing_ok=True)
-    meter.report(rel, -size)
-    doc = await take_manifest(link, remote_dir, only=[rel])
-    again = [e for e in doc["files"] if e.get("path") == rel and e.get("kind") == "file"]
-    if not again:
-        fr.status, fr.detail = "failed", "hash mismatch, and the file is gone on the box"
+    meter.report(rel, counted - meter.done)
+    if again is None:
+        fr.status, fr.detail = "failed", "gone on the box since it was listed: nothing kept"
         return fr
-    size, sha = int(again[0]["size"]), str(again[0]["sha256"])
+    meter.total += int(again["size"]) - size
+    size, sha = int(again["size"]), str(again["sha256"])
     fr.size, fr.sha256 = size, sha
-    if await _fetch_verified(await fetcher(size), remote, part, size=size, sha=sha,
-                             meter=meter, fr=fr):
+    try:
+        got = await _fetch(await fetcher(size), remote, part, size=size, meter=meter, fr=fr)
+    except RemoteFileError as exc:
+        part.unlink(missing_ok=True)
+        fr.status, fr.detail = "failed", f"changed on the box twice while pulled: {exc.reason}"
+        return fr
+    if got == sha:
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
         fr.detail = "re-fetched: the file changed on the box during the pull"
@@ -512,7 +616,7 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | No
                 on_progress: Callable[[Progress], None] | None, job: str | None,
                 load_test_torch: bool | None, state_path: Path | None) -> PullResult:
     local.mkdir(parents=True, exist_ok=True)
-    doc = await take_manifest(link, remote_dir)
+    doc = await take_manifest(link, remote_dir, defer_above=DEFER_HASH_BYTES)
     box_dir = str(doc.get("dir") or remote_dir)
     result = PullResult(host=link.name, job=job, remote_dir=box_dir, local_dir=str(local),
                         manifest_complete=bool(doc.get("complete")),
@@ -536,11 +640,16 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | No
         todo.append((entry, target))
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
     io = PullIO(link)
-    for entry, target in todo:
-        # A LinkError propagates: the link is gone, and the .part files stay for the resume.
-        fr = await _pull_file(link, io, rsync, box_dir, entry, target=target, meter=meter)
-        result.files.append(fr)
-        result.bytes_transferred += fr.bytes_transferred
+    digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])
+    try:
+        for entry, target in todo:
+            # A LinkError propagates: the link is gone, the .part files stay for the resume.
+            fr = await _pull_file(link, io, rsync, box_dir, entry, target=target, meter=meter,
+                                  digests=digests)
+            result.files.append(fr)
+            result.bytes_transferred += fr.bytes_transferred
+    finally:
+        await digests.close()
     do_load = torch_available() if load_test_torch is None else load_test_torch
     result.load_tested = do_load
     for fr in result.files:
