@@ -15,7 +15,7 @@ import pytest
 from gpuroom.tui.cli import main
 from gpuroom.tui.config import Config, HostConfig, Settings
 from gpuroom.tui.fleet import Fleet
-from gpuroom.tui.link import HostKeyError, HostLink, LinkError
+from gpuroom.tui.link import HostKeyError, HostLink, LinkError, SshTransport
 from gpuroom.tui.model import LinkState
 
 pytestmark = pytest.mark.sshd
@@ -78,6 +78,18 @@ async def test_second_connection_reuses_helper(box: Any) -> None:
     assert first.uploads == 1 and second.uploads == 0
     assert (pyz.stat().st_ino, pyz.stat().st_mtime_ns) == (inode, mtime)
     assert snap["helper"]["sha256"] == first.archive.sha256
+
+
+async def test_aes_gcm_first_unless_the_ssh_config_names_ciphers(box: Any) -> None:
+    # asyncssh would pick chacha20-poly1305, its slowest cipher for bulk bytes (a pull).
+    box.write_ssh_config({"box-ctr": {"Ciphers": "aes256-ctr"}})
+    for alias, want in ((box.alias, "aes128-gcm@openssh.com"), ("box-ctr", "aes256-ctr")):
+        transport = await SshTransport.connect("b", alias, box.ssh_config)
+        try:
+            assert transport._conn.get_extra_info("send_cipher") == want, alias
+            assert transport._conn.get_extra_info("recv_cipher") == want, alias
+        finally:
+            await transport.close()
 
 
 async def test_unknown_host_key_refused_with_fingerprint(box: Any, tmp_path: Path) -> None:
