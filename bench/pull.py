@@ -45,10 +45,10 @@ from tests.harness.sshd import ClientIdentity, SshdBox, ensure_test_user  # noqa
 
 MB = 1e6
 TOOL_TIMEOUT_S = 300
-# An alias for the same box that offers AES-GCM first: what a `Ciphers` line in the user's
-# ssh_config does to asyncssh (and what link.py could do by default; see the report).
-AES_ALIAS = "box-aesgcm"
-AES_CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com"
+# An alias for the same box that names chacha20-poly1305 first: asyncssh's own default, which
+# link.py replaces with AES-GCM first when the user's ssh_config names no Ciphers.
+CHACHA_ALIAS = "box-chacha"
+CHACHA_CIPHERS = "chacha20-poly1305@openssh.com,aes128-gcm@openssh.com"
 
 
 @dataclass
@@ -145,13 +145,13 @@ def one(b: Bench, tool: str) -> None:
     if tool.startswith("gpuroom"):
         if tool == "gpuroom-cold":
             clear_manifest_cache(b.box)  # the usual first pull: the box hashes the file now
-        alias = AES_ALIAS if tool == "gpuroom-sftp-aesgcm" else None
-        method = "sftp" if "sftp" in tool else "auto"
+        alias = CHACHA_ALIAS if tool == "gpuroom-sftp-chacha" else None
+        method = "sftp" if "sftp" in tool else "rsync" if "rsync" in tool else "auto"
         with measured(b, tool):
             result = asyncio.run(gpuroom_pull(b, dst, alias=alias, method=method))
         if not result.ok:
             raise RuntimeError(f"gpuroom pull failed: {[f.detail for f in result.files]}")
-        want = "sftp" if method == "sftp" else "rsync"
+        want = "rsync" if method == "rsync" else "sftp"  # auto: AES-GCM on the link
         if result.files[0].via != want:
             raise RuntimeError(f"{tool} went through {result.files[0].via}, not {want}")
     elif tool == "rsync":
@@ -291,11 +291,13 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
     # load from the neighbours hits one round, not one tool in every round.
     ratio = {t: med([rate[t][i] / rate["rsync"][i] for i in range(rounds)]) for t in tools}
     names = {
-        "gpuroom": "**gpuroom pull** (default: rsync for files >= 64 MiB; manifest cached)",
-        "gpuroom-cold": "gpuroom pull, first pull (the box hashes the file first)",
-        "gpuroom-sftp": "gpuroom pull, SFTP path (asyncssh; `method=\"sftp\"`)",
-        "gpuroom-sftp-aesgcm": "gpuroom pull, SFTP path, ssh_config `Ciphers "
-                               f"{AES_CIPHERS.split(',', maxsplit=1)[0]},...`",
+        "gpuroom-cold": "**gpuroom pull**, first pull (default `auto`: SFTP on the link, "
+                        "AES-GCM; the box hashes the file while it travels)",
+        "gpuroom": "**gpuroom pull** again (the box's digest cached by size and mtime)",
+        "gpuroom-rsync": "gpuroom pull, rsync path (`method=\"rsync\"`), digest cached",
+        "gpuroom-sftp-chacha": "gpuroom pull, SFTP path, ssh_config `Ciphers "
+                               f"{CHACHA_CIPHERS.split(',', maxsplit=1)[0]},...` (asyncssh's "
+                               "own default order)",
         "rsync": "`rsync -a --partial -e 'ssh -F cfg'`",
         "scp": "`scp -F cfg` (OpenSSH 9: SFTP protocol)",
     }
@@ -317,22 +319,22 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
         lines.append(
             f"| {names[t]} | {med(rate[t]):.0f} | {min(rate[t]):.0f}-{max(rate[t]):.0f} | "
             f"{ratio[t]:.2f}x | {med([s.client_cpu for s in ss]) / gib:.2f} |")
-    verdict = "met" if ratio["gpuroom"] >= 0.9 else "missed"
+    verdict = "met" if min(ratio["gpuroom"], ratio["gpuroom-cold"]) >= 0.9 else "missed"
     lines += [
         "",
         f"Target (issue 8): gpuroom pull >= 0.9x rsync throughput: **{verdict}** "
-        f"({ratio['gpuroom']:.2f}x with the manifest cached, {ratio['gpuroom-cold']:.2f}x on a "
-        f"first pull; the SFTP path alone: {ratio['gpuroom-sftp']:.2f}x). gpuroom's time "
-        "includes what rsync does not do: an ssh login for the link, the helper check, the "
-        "box's sha256 manifest (cached by size and mtime on the box; a first pull hashes the "
-        "file), a second ssh login asking the box for rsync (overlapped with the manifest) and "
-        "the jump-side sha256 of the received file (overlapped with the transfer: a thread "
-        "reads the .part behind the writer). CPU is the bottleneck here, not the link: both "
-        "ends share 2 cores with the neighbours, so every extra CPU second shows. The default "
-        "path runs the same rsync plus a sha256 (about 0.6 CPU s/GiB more), so on a quiet "
-        "machine it cannot beat rsync: a ratio above 1.0x is the neighbours' load landing on "
-        "rsync's turns, and the honest reading is 'about rsync's speed'; the SFTP path is "
-        "CPU-bound in Python (asyncssh).",
+        f"({ratio['gpuroom-cold']:.2f}x on a first pull, {ratio['gpuroom']:.2f}x with the "
+        f"box's digest cached; the rsync path: {ratio['gpuroom-rsync']:.2f}x). gpuroom's "
+        "time includes what rsync does not do: an ssh login for the link, the helper check, "
+        "the box's manifest (big files listed by size and mtime only), the box's sha256 of the "
+        "file (a second helper call, run while the bytes travel; cached by size and mtime, so "
+        "a second pull skips it) and the jump-side sha256 of the received file (a thread reads "
+        "the .part behind the writer). CPU is the bottleneck here, not the link: box and jump "
+        "host are the same 2 cores, so both hashes take their CPU from the transfer; with the "
+        "box on its own machine its hash runs on the box's CPU. The rsync path costs more CPU "
+        "on both ends than SFTP (rsync's own checksums, its processes and pipes), which is why "
+        "`auto` keeps big files on SFTP when the link runs AES-GCM; under chacha20-poly1305 "
+        "asyncssh's SFTP is the slower one (its row above), and `auto` takes rsync.",
         "",
         "Interrupted at 50 % and resumed (the resume is a new `pull()` on a new connection; "
         "bytes counted where SFTP read answers arrive):",
@@ -387,10 +389,10 @@ def main() -> int:
     identity = ClientIdentity.create(ensure_test_user())
     box = SshdBox.create(identity)
     work = Path(tempfile.mkdtemp(prefix="gpuroom-pullbench-"))
-    tools = ["gpuroom", "gpuroom-cold", "gpuroom-sftp", "gpuroom-sftp-aesgcm", "rsync", "scp"]
+    tools = ["gpuroom-cold", "gpuroom", "gpuroom-rsync", "gpuroom-sftp-chacha", "rsync", "scp"]
     try:
         box.start()
-        box.write_ssh_config({AES_ALIAS: {"Ciphers": AES_CIPHERS}})
+        box.write_ssh_config({CHACHA_ALIAS: {"Ciphers": CHACHA_CIPHERS}})
         src_dir = make_source(box, args.size_mib << 20)
         b = Bench(box, src_dir, args.size_mib << 20, work)
         one(b, "gpuroom")  # warm-up: helper deployed, file in the box's page cache

@@ -531,6 +531,13 @@ class HostLink:
     async def close(self) -> None:
         await self._drop()
 
+    def bulk_cipher(self) -> str | None:
+        """The cipher the box's bytes arrive under now; None when local or not connected."""
+        transport = self._transport
+        if isinstance(transport, SshTransport):
+            return str(transport._conn.get_extra_info("recv_cipher") or "") or None
+        return None
+
     def ssh_argv(self) -> list[str] | None:
         """argv of an interactive shell on the box, for the `s` key; None for local."""
         if self.host.local or not self.host.ssh:

@@ -57,11 +57,14 @@ TAIL_HASH_CHUNK = 4 << 20  # the hasher thread's pread size: few GIL hand-offs p
 # (_BoxDigests). Below it, hashing costs less than the extra helper call (~50 ms) would.
 DEFER_HASH_BYTES = 64 << 20
 HASH_FLOOR_BPS = 50e6
-# Files at least this big go through rsync when both ends have it: on loopback it moved a
-# 2 GiB file 2-4x faster than asyncssh's SFTP (bench/pull.py, docs/PERFORMANCE.md). Smaller
-# ones stay on SFTP: each rsync is a new ssh login (a round trip or three), SFTP reuses the
-# link's connection.
+# Which path moves a big file, measured on loopback (bench/pull.py, docs/PERFORMANCE.md):
+# SFTP on the link keeps up with rsync when asyncssh decrypts AES-GCM (the CPU's AES
+# instructions) and falls to ~0.7x under chacha20-poly1305; rsync runs OpenSSH's own C
+# ciphers. So "auto" takes rsync for files this big only when the link negotiated another
+# cipher (the user's ssh_config chose it) and both ends have rsync. Small files always stay
+# on SFTP: each rsync is a new ssh login (a round trip or three).
 RSYNC_MIN_BYTES = 64 << 20
+SFTP_FAST_CIPHERS = frozenset({"aes128-gcm@openssh.com", "aes256-gcm@openssh.com"})
 RSYNC_REMOTE = "rsync"  # the box's rsync, by name on its PATH
 RSYNC_PROBE_TIMEOUT_S = CONNECT_TIMEOUT_S + 10.0
 RSYNC_POLL_S = 0.1  # how often the .part's size is read for progress and the hasher
@@ -296,11 +299,16 @@ class _Rsync:
     byte written stays. ``-s`` hands the remote path to rsync, not the box's shell.
     """
 
-    def __init__(self, link: HostLink) -> None:
+    def __init__(self, link: HostLink, *, every_file: bool = False) -> None:
         self.link = link
+        self.every_file = every_file
         self.usable: bool | None = None  # None: not asked yet
-        self.min_bytes = RSYNC_MIN_BYTES
         self._probe_task: asyncio.Future[bool] | None = None
+
+    def wanted(self, size: int) -> bool:
+        """Whether rsync should move a file this big, if both ends have it."""
+        return self.every_file or (
+            size >= RSYNC_MIN_BYTES and self.link.bulk_cipher() not in SFTP_FAST_CIPHERS)
 
     def _ssh(self) -> list[str]:
         argv = ["ssh"]
@@ -543,7 +551,7 @@ async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_di
         return fr
 
     async def fetcher(size: int) -> FetchFn:
-        if rsync is not None and size >= rsync.min_bytes and await rsync.available():
+        if rsync is not None and rsync.wanted(size) and await rsync.available():
             fr.via = "rsync"
             return rsync.fetch
         fr.via = "sftp"
@@ -593,17 +601,16 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                state_path: Path | None = None, method: str = "auto") -> PullResult:
     """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified.
 
-    ``method``: "auto" sends files of RSYNC_MIN_BYTES or more through rsync when both ends
-    have it and the rest through SFTP on the link; "sftp" never uses rsync; "rsync" uses it
-    for every file when both ends have it (SFTP otherwise).
+    ``method``: "auto" sends everything through SFTP on the link, except files of
+    RSYNC_MIN_BYTES or more when the link's cipher is not AES-GCM and both ends have rsync;
+    "sftp" never uses rsync; "rsync" uses it for every file when both ends have it (SFTP
+    otherwise).
     """
     if method not in ("auto", "sftp", "rsync"):
         raise ValueError(f"method must be auto, sftp or rsync, not {method!r}")
-    rsync = None if method == "sftp" else _Rsync(link)
-    if rsync is not None:
-        if method == "rsync":
-            rsync.min_bytes = 0
-        rsync.start_probe()
+    rsync = None if method == "sftp" else _Rsync(link, every_file=method == "rsync")
+    if rsync is not None and rsync.every_file:
+        rsync.start_probe()  # the ssh login overlaps the manifest
     try:
         return await _pull(link, remote_dir, Path(local_dir), rsync, on_progress=on_progress,
                            job=job, load_test_torch=load_test_torch, state_path=state_path)
@@ -638,6 +645,8 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | No
                                                   f"{local}"))
             continue
         todo.append((entry, target))
+    if rsync is not None and any(rsync.wanted(int(e["size"])) for e, _ in todo):
+        rsync.start_probe()  # the ssh login overlaps the first files
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
     io = PullIO(link)
     digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])

@@ -29,8 +29,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("job", nargs="?", default=None)
     p.add_argument("--to", metavar="DIR", help="local root (default: the host's pull_to)")
     p.add_argument("--method", choices=("auto", "sftp", "rsync"), default="auto",
-                   help="auto: rsync for big files when the box has it (measured faster), "
-                        "else SFTP")
+                   help="auto: SFTP on the link, or rsync for big files when the link's "
+                        "cipher is not AES-GCM and the box has rsync (bench/pull.py)")
     p.set_defaults(func=cmd_pull)
     p = sub.add_parser("gate", help="teardown gate: is it safe to stop paying for HOST?")
     p.add_argument("host")
