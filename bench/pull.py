@@ -334,7 +334,12 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
         "box on its own machine its hash runs on the box's CPU. The rsync path costs more CPU "
         "on both ends than SFTP (rsync's own checksums, its processes and pipes), which is why "
         "`auto` keeps big files on SFTP when the link runs AES-GCM; under chacha20-poly1305 "
-        "asyncssh's SFTP is the slower one (its row above), and `auto` takes rsync.",
+        "asyncssh's SFTP loses that lead (its row above: level with the rsync path on a quiet "
+        "machine, well behind it on a loaded one: 0.35x against 1.3x at load average 4-6 in an "
+        "earlier run), so there `auto` takes rsync. What a first pull costs more than a second "
+        "is the box's sha256 alone (about 1.1 CPU s per 2 GiB here), and on this one machine "
+        "it runs on the transfer's two cores; a box with cores of its own hashes beside the "
+        "transfer, not in its way.",
         "",
         "Interrupted at 50 % and resumed (the resume is a new `pull()` on a new connection; "
         "bytes counted where SFTP read answers arrive):",
