@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -133,6 +135,35 @@ async def test_interrupted_pull_resends_only_missing_bytes(
         assert missing <= result.bytes_transferred < missing + size // 100
     assert (out / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
     assert not part.exists()
+
+
+async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
+        sshd_box: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Reads still in flight when the box dies must all be awaited by someone: asyncio prints
+    # a traceback for each one that is not, into the terminal of a CLI pull.
+    src = box_dir(sshd_box, "ckpt_orphans")
+    size = 32 << 20
+    (src / "big.bin").write_bytes(os.urandom(size))
+    own(sshd_box, src)
+
+    def kill_box(p: Progress) -> None:
+        if p.done > size // 3 and sshd_box.alive:
+            sshd_box.kill_all()
+
+    link = link_for(sshd_box)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        try:
+            with pytest.raises(LinkError):
+                await pull(link, str(src), tmp_path / "out", on_progress=kill_box,
+                           state_path=tmp_path / "s", method="sftp")
+        finally:
+            await link.close()
+            sshd_box.start()
+        for _ in range(3):  # a lost task is reported when it is collected
+            await asyncio.sleep(0.1)
+            gc.collect()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert 0 < (tmp_path / "out" / "big.bin.part").stat().st_size < size
 
 
 async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(

@@ -610,8 +610,13 @@ async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
     transport = await asyncio.wait_for(link._connect(), link._poll_deadline())
     if isinstance(transport, SshTransport):
         sftp = await transport._conn.start_sftp_client()
+        # One SFTP request per read where the server takes PULL_BLOCK_BYTES in one (its
+        # limits@openssh.com answer): _pipelined_copy keeps the requests in flight itself,
+        # and asyncssh's own parallel reader leaves tasks behind when a read is cancelled,
+        # which fail with nobody listening once the connection goes.
+        block = 0 if sftp.limits.max_read_len >= PULL_BLOCK_BYTES else -1
         try:
-            f = await sftp.open(remote_path, "rb")
+            f = await sftp.open(remote_path, "rb", block_size=block)
         except BaseException:
             sftp.exit()
             raise
