@@ -90,9 +90,11 @@ def test_kill9_and_identical_relaunch_is_bitwise_exact(
     assert out.returncode == 0, out.stderr
     assert f"done at step {STEPS}" in out.stdout
     resumed = [line for line in out.stdout.splitlines() if line.startswith("resumed from step")]
-    # A committed periodic save existed before the kill. An async save may still be writing
-    # when kill -9 lands; the next save waits for it, so one started later proves a commit.
-    committed_by = SAVE_EVERY if mode == "sync" else 2 * SAVE_EVERY + 1
+    # A committed periodic save existed before the kill. "step N" is printed before step N's
+    # own save, so a sync save is proven only by the next step's line; an async save may
+    # still be writing when kill -9 lands, and the next save waits for it, so the line after
+    # that one proves a commit.
+    committed_by = SAVE_EVERY + 1 if mode == "sync" else 2 * SAVE_EVERY + 1
     if kill_at >= committed_by:
         assert resumed, f"seed {SEED}: relaunch started over instead of resuming"
     final = torch.load(tmp_path / f"ckpt-{STEPS:012d}.pt", weights_only=True)
