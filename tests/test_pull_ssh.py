@@ -17,7 +17,7 @@ import pytest
 from gpuroom.tui import transfer
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.link import HostLink, LinkError
-from gpuroom.tui.transfer import Progress, load_records, pull, safe_local_path
+from gpuroom.tui.transfer import Progress, PullResult, load_records, pull, safe_local_path
 
 pytestmark = pytest.mark.sshd
 needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
@@ -47,6 +47,15 @@ def link_for(box: Any) -> HostLink:
     return HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config)
 
 
+async def pull_from(box: Any, *args: Any, **kwargs: Any) -> PullResult:
+    """One pull() over a fresh link to the box, closed whatever happens."""
+    link = link_for(box)
+    try:
+        return await pull(link, *args, **kwargs)
+    finally:
+        await link.close()
+
+
 async def test_pull_torch_checkpoint_dir(sshd_box: Any, tmp_path: Path) -> None:
     import torch
 
@@ -59,12 +68,8 @@ async def test_pull_torch_checkpoint_dir(sshd_box: Any, tmp_path: Path) -> None:
     own(sshd_box, src)
     state = tmp_path / "pulls.json"
     seen: list[Progress] = []
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", job="7", state_path=state,
-                            on_progress=seen.append)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", job="7", state_path=state,
+                             on_progress=seen.append)
     assert result.ok, [(f.path, f.detail) for f in result.files]
     by_path = {f.path: f for f in result.files}
     assert {p: f.verified_by for p, f in by_path.items()} == {
@@ -98,11 +103,9 @@ async def test_interrupted_pull_resends_only_missing_bytes(
             assert task is not None
             task.cancel()
 
-    link = link_for(sshd_box)
     with pytest.raises(asyncio.CancelledError):
-        await pull(link, str(src), out, on_progress=cancel_at_third, state_path=tmp_path / "s",
-                   method=method)
-    await link.close()
+        await pull_from(sshd_box, str(src), out, on_progress=cancel_at_third,
+                        state_path=tmp_path / "s", method=method)
     first_part = part.stat().st_size
     assert 0 < first_part < size
 
@@ -111,21 +114,15 @@ async def test_interrupted_pull_resends_only_missing_bytes(
         if p.done > first_part + size // 3 and sshd_box.alive:
             sshd_box.kill_all()
 
-    link = link_for(sshd_box)
     with pytest.raises(LinkError):
-        await pull(link, str(src), out, on_progress=kill_box, state_path=tmp_path / "s",
-                   method=method)
-    await link.close()
+        await pull_from(sshd_box, str(src), out, on_progress=kill_box, state_path=tmp_path / "s",
+                        method=method)
     second_part = part.stat().st_size
     assert first_part < second_part < size
     sshd_box.start()
 
     # 3. Resume: only the bytes missing from the .part cross the wire.
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), out, state_path=tmp_path / "s", method=method)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), out, state_path=tmp_path / "s", method=method)
     assert result.ok and result.files[0].via == method
     missing = size - second_part
     if method == "sftp":
@@ -150,14 +147,12 @@ async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
         if p.done > size // 3 and sshd_box.alive:
             sshd_box.kill_all()
 
-    link = link_for(sshd_box)
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         try:
             with pytest.raises(LinkError):
-                await pull(link, str(src), tmp_path / "out", on_progress=kill_box,
-                           state_path=tmp_path / "s", method="sftp")
+                await pull_from(sshd_box, str(src), tmp_path / "out", on_progress=kill_box,
+                                state_path=tmp_path / "s", method="sftp")
         finally:
-            await link.close()
             sshd_box.start()
         for _ in range(3):  # a lost task is reported when it is collected
             await asyncio.sleep(0.1)
@@ -188,12 +183,8 @@ async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(
             os.utime(victim, ns=(OLD_NS, OLD_NS))
 
     state = tmp_path / "pulls.json"
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", on_progress=flip,
-                            state_path=state)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", on_progress=flip,
+                             state_path=state)
     assert flipped and not result.ok
     [fr] = result.files
     assert fr.status == "failed" and "mismatch" in fr.detail
@@ -225,12 +216,8 @@ async def test_file_rewritten_during_pull_is_refetched_whole(
             done = True
             victim.write_bytes(new)  # a new mtime: the box's manifest sees a new file
 
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", on_progress=rewrite,
-                            state_path=tmp_path / "s.json")
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", on_progress=rewrite,
+                             state_path=tmp_path / "s.json")
     [fr] = result.files
     assert result.ok and "re-fetched" in fr.detail, fr.detail
     assert (tmp_path / "out" / "model.bin").read_bytes() == new
@@ -250,12 +237,8 @@ async def test_file_deleted_on_the_box_during_pull_fails_alone(
         if p.path == "a.bin":
             (src / "a.bin").unlink(missing_ok=True)  # a cleanup job on the box, say
 
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", on_progress=delete_a,
-                            state_path=tmp_path / "s.json", method=method)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", on_progress=delete_a,
+                             state_path=tmp_path / "s.json", method=method)
     status = {f.path: (f.status, f.detail) for f in result.files}
     assert status == {"a.bin": ("failed", "gone on the box since it was listed: nothing kept"),
                       "b.bin": ("verified", "")}
@@ -290,12 +273,8 @@ async def test_big_files_are_hashed_on_the_box_while_they_travel(
 
     monkeypatch.setattr(transfer, "take_manifest", spy)
     state = tmp_path / "pulls.json"
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", state_path=state,
-                            on_progress=progress, method="sftp")
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=state,
+                             on_progress=progress, method="sftp")
     assert result.ok, [(f.path, f.detail) for f in result.files]
     # One listing that leaves the big files unhashed, then one hash each, in pull order.
     assert [(only, defer) for only, defer, _ in calls] == [
@@ -313,11 +292,7 @@ async def test_big_files_are_hashed_on_the_box_while_they_travel(
     assert {f["path"]: f["sha256"] for f in record["files"]} == want
     # The in-flight digests landed in the box's cache: the next listing defers nothing.
     calls.clear()
-    link = link_for(sshd_box)
-    try:
-        again = await pull(link, str(src), tmp_path / "out", state_path=state, method="sftp")
-    finally:
-        await link.close()
+    again = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=state, method="sftp")
     assert again.ok and [c[0] for c in calls] == [None]
     assert {f.path: f.detail for f in again.files} == dict.fromkeys(blobs, "already here")
 
@@ -331,11 +306,7 @@ async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path:
         f.truncate(f.seek(0, 2) // 2)  # a save cut off by a full disk or a killed job
     own(sshd_box, src)
     state = tmp_path / "pulls.json"
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", state_path=state)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=state)
     [fr] = result.files
     assert not result.ok and fr.status == "failed" and fr.verified_by == "hash"
     assert "load test failed" in fr.detail
@@ -347,11 +318,7 @@ async def test_symlink_on_box_is_refused(sshd_box: Any, tmp_path: Path) -> None:
     (src / "ok.bin").write_bytes(b"fine")
     (src / "secrets").symlink_to("/etc/shadow")
     own(sshd_box, src)
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), tmp_path / "out", state_path=tmp_path / "s.json")
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=tmp_path / "s.json")
     status = {f.path: f.status for f in result.files}
     assert status == {"ok.bin": "verified", "secrets": "refused"} and not result.ok
     assert not (tmp_path / "out" / "secrets").exists()
@@ -380,11 +347,7 @@ async def test_stale_part_of_another_version_is_refetched(
     # A .part left by a pull of an older model.bin: a resume appends to it, the hash of the
     # whole says no, and the file is fetched again from zero.
     (out / "model.bin.part").write_bytes(os.urandom(100_000))
-    link = link_for(sshd_box)
-    try:
-        result = await pull(link, str(src), out, state_path=tmp_path / "s.json", method=method)
-    finally:
-        await link.close()
+    result = await pull_from(sshd_box, str(src), out, state_path=tmp_path / "s.json", method=method)
     [fr] = result.files
     assert result.ok and fr.via == method and "re-fetched" in fr.detail
     assert (out / "model.bin").read_bytes() == data
