@@ -305,7 +305,10 @@ async def _cipher_preference(config: Any, alias: str) -> Any:
     wrote is theirs.
     """
     default = list(asyncssh.encryption.get_default_encryption_algs())
-    options = await asyncssh.SSHClientConnectionOptions.construct(config=config, host=alias)
+    # Only the config is wanted here: no key files, known_hosts or agent read for it (the
+    # connect that follows reads those once).
+    options = await asyncssh.SSHClientConnectionOptions.construct(
+        config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
     if list(options.encryption_algs) != default:
         return ()  # () lets asyncssh take the config's own list
     return [alg.decode("ascii") for alg in _aes_gcm_first(default)]
