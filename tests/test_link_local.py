@@ -12,7 +12,7 @@ import pytest
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet import Fleet, backoff_delay, iter_jobs
 from gpuroom.tui.helper_build import build_bytes, helper_archive
-from gpuroom.tui.link import HostLink, LinkError
+from gpuroom.tui.link import HostLink, LinkError, cut_to
 from gpuroom.tui.model import LinkState
 
 
@@ -156,3 +156,25 @@ async def test_log_cursor_follows_a_running_job(home: Path, monkeypatch: pytest.
                        check=False)
     lines = received.decode().splitlines()
     assert [f"line {i}" for i in range(40)] == [ln for ln in lines if ln.startswith("line")]
+
+
+def test_cut_to_cuts_a_longer_file_and_leaves_one_of_that_length_alone(tmp_path: Path) -> None:
+    # A truncate, even to the same size, is what makes ext4 flush the whole .part at close
+    # (auto_da_alloc); the mtime shows whether one happened.
+    part = tmp_path / "x.part"
+    part.write_bytes(b"0123456789")
+    os.utime(part, (1_000_000, 1_000_000))
+    with open(part, "ab") as f:
+        cut_to(f, 10)
+    assert part.stat().st_mtime == 1_000_000
+    with open(part, "ab") as f:
+        cut_to(f, 4)
+        f.write(b"xy")
+    assert part.read_bytes() == b"0123xy"
+    empty = tmp_path / "fresh.part"
+    with open(empty, "ab") as f:
+        cut_to(f, 0)
+    os.utime(empty, (1_000_000, 1_000_000))
+    with open(empty, "ab") as f:
+        cut_to(f, 0)
+    assert empty.stat().st_mtime == 1_000_000 and empty.stat().st_size == 0

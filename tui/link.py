@@ -20,7 +20,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
@@ -662,6 +662,17 @@ async def _pipelined_copy(source: _RangeSource, out: Any, offset: int, end: int,
         out.flush()
 
 
+def cut_to(f: BinaryIO, offset: int) -> None:
+    """Cut an open file to ``offset`` bytes, leaving one already that long untouched.
+
+    A truncate to 0 is ext4's "replace via truncate" pattern (auto_da_alloc): the close then
+    starts write-back of everything written since, on the closing thread, and the pull's
+    writer closes on the event loop. A fresh .part has nothing to cut.
+    """
+    if os.fstat(f.fileno()).st_size != offset:
+        f.truncate(offset)
+
+
 class PullIO:
     """Byte transfer from one host's box for the pull; see ``HostLink`` for the connection.
 
@@ -713,8 +724,7 @@ class PullIO:
                 if size is None:
                     size = await source.size()
                 with open(local, "ab") as out:
-                    out.truncate(offset)
-                    out.seek(offset)
+                    cut_to(out, offset)
                     return await _pipelined_copy(source, out, offset, size, on_progress)
             finally:
                 await source.close()

@@ -45,6 +45,7 @@ from .link import (
     LinkError,
     PullIO,
     RemoteFileError,
+    cut_to,
 )
 from .sanitize import sanitize_line
 
@@ -502,7 +503,7 @@ async def _fetch(fetch: FetchFn, remote: str, part: Path, *, size: int, meter: _
         offset = 0  # longer than the file on the box: cannot be a prefix of it
     # Truncate here rather than in fetch_file so the hasher never sees bytes that vanish.
     with open(part, "ab") as f:
-        f.truncate(offset)
+        cut_to(f, offset)
     hasher = _TailHasher(part)
     hasher.advance(offset)
     meter.report(fr.path, offset)
