@@ -145,15 +145,16 @@ def one(b: Bench, tool: str) -> None:
     if tool.startswith("gpuroom"):
         if tool == "gpuroom-cold":
             clear_manifest_cache(b.box)  # the usual first pull: the box hashes the file now
-        alias = CHACHA_ALIAS if tool == "gpuroom-sftp-chacha" else None
-        method = "sftp" if "sftp" in tool else "rsync" if "rsync" in tool else "auto"
+        alias = CHACHA_ALIAS if tool.endswith("-chacha") else None
+        method = next((m for m in ("sftp", "rsync", "openssh") if f"-{m}" in tool), "auto")
         with measured(b, tool):
             result = asyncio.run(gpuroom_pull(b, dst, alias=alias, method=method))
         if not result.ok:
             raise RuntimeError(f"gpuroom pull failed: {[f.detail for f in result.files]}")
-        want = "rsync" if method == "rsync" else "sftp"  # auto: AES-GCM on the link
+        want = "openssh" if method == "auto" else method
         if result.files[0].via != want:
-            raise RuntimeError(f"{tool} went through {result.files[0].via}, not {want}")
+            raise RuntimeError(f"{tool} went through {result.files[0].via}, not {want}: "
+                               f"{result.note}")
     elif tool == "rsync":
         with measured(b, tool):
             run_tool(["rsync", "-a", "--partial", "-e", ssh_e(b),
@@ -233,7 +234,7 @@ def gpuroom_interrupted(b: Bench, how: str, method: str) -> dict[str, Any]:
     missing = b.size - kept
     if method == "sftp":
         second_n, wasted = second.count, first.count + second.count - b.size
-    else:
+    else:  # rsync: its --stats; openssh: the SFTP data answers the resume received
         second_n, wasted = result.bytes_transferred, None
     return {"kept": kept, "second": second_n, "resent": second_n - missing, "wasted": wasted,
             "via": result.files[0].via, "resume_s": resume_s}
@@ -290,16 +291,21 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
     # Ratios per round (tools of one round ran back to back), then their median: a burst of
     # load from the neighbours hits one round, not one tool in every round.
     ratio = {t: med([rate[t][i] / rate["rsync"][i] for i in range(rounds)]) for t in tools}
+    chacha = f"ssh_config `Ciphers {CHACHA_CIPHERS.split(',', maxsplit=1)[0]},...`"
     names = {
-        "gpuroom-cold": "**gpuroom pull**, first pull (default `auto`: SFTP on the link, "
-                        "AES-GCM; the box hashes the file while it travels)",
+        "gpuroom-cold": "**gpuroom pull**, first pull (default `auto`: big files through "
+                        "ssh's own SFTP, AES-GCM; the box hashes the file while it travels)",
         "gpuroom": "**gpuroom pull** again (the box's digest cached by size and mtime)",
-        "gpuroom-rsync": "gpuroom pull, rsync path (`method=\"rsync\"`), digest cached",
-        "gpuroom-sftp-chacha": "gpuroom pull, SFTP path, ssh_config `Ciphers "
-                               f"{CHACHA_CIPHERS.split(',', maxsplit=1)[0]},...` (asyncssh's "
-                               "own default order)",
-        "rsync": "`rsync -a --partial -e 'ssh -F cfg'`",
-        "scp": "`scp -F cfg` (OpenSSH 9: SFTP protocol)",
+        "gpuroom-sftp": "gpuroom pull, SFTP on the asyncssh link (`method=\"sftp\"`, the "
+                        "previous default), AES-GCM, digest cached",
+        "gpuroom-rsync": "gpuroom pull, rsync path (`method=\"rsync\"`, ssh with AES-GCM "
+                         "first), digest cached",
+        "gpuroom-openssh-chacha": f"gpuroom pull, `auto` (ssh's SFTP), {chacha}, digest cached",
+        "gpuroom-sftp-chacha": f"gpuroom pull, SFTP on the asyncssh link, {chacha} (asyncssh's "
+                               "own default order), digest cached",
+        "gpuroom-rsync-chacha": f"gpuroom pull, rsync path, {chacha}, digest cached",
+        "rsync": "`rsync -a --partial -e 'ssh -F cfg'` (OpenSSH's default: chacha20-poly1305)",
+        "scp": "`scp -F cfg` (OpenSSH 9: SFTP protocol, chacha20-poly1305)",
     }
     lines = [
         f"Measured by `bench/pull.py` on {machine()}: one {size_mib} MiB file of random bytes "
@@ -324,22 +330,21 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
         "",
         f"Target (issue 8): gpuroom pull >= 0.9x rsync throughput: **{verdict}** "
         f"({ratio['gpuroom-cold']:.2f}x on a first pull, {ratio['gpuroom']:.2f}x with the "
-        f"box's digest cached; the rsync path: {ratio['gpuroom-rsync']:.2f}x). gpuroom's "
-        "time includes what rsync does not do: an ssh login for the link, the helper check, "
-        "the box's manifest (big files listed by size and mtime only), the box's sha256 of the "
-        "file (a second helper call, run while the bytes travel; cached by size and mtime, so "
-        "a second pull skips it) and the jump-side sha256 of the received file (a thread reads "
+        f"box's digest cached). gpuroom's time includes what rsync does not do: an ssh login "
+        "for the link, the helper check, the box's manifest (big files listed by size and "
+        "mtime only), a second ssh login for ssh's SFTP session, the box's sha256 of the file "
+        "(a second helper call, run while the bytes travel; cached by size and mtime, so a "
+        "second pull skips it) and the jump-side sha256 of the received file (a thread reads "
         "the .part behind the writer). CPU is the bottleneck here, not the link: box and jump "
-        "host are the same 2 cores, so both hashes take their CPU from the transfer; with the "
-        "box on its own machine its hash runs on the box's CPU. The rsync path costs more CPU "
-        "on both ends than SFTP (rsync's own checksums, its processes and pipes), which is why "
-        "`auto` keeps big files on SFTP when the link runs AES-GCM; under chacha20-poly1305 "
-        "asyncssh's SFTP loses that lead (its row above: level with the rsync path on a quiet "
-        "machine, well behind it on a loaded one: 0.35x against 1.3x at load average 4-6 in an "
-        "earlier run), so there `auto` takes rsync. What a first pull costs more than a second "
-        "is the box's sha256 alone (about 1.1 CPU s per 2 GiB here), and on this one machine "
-        "it runs on the transfer's two cores; a box with cores of its own hashes beside the "
-        "transfer, not in its way.",
+        "host are the same 2 cores, so both sha256 passes (about 1.2 CPU s per 2 GiB each) "
+        "take their CPU from the transfer. That is why the path that moves the bytes matters: "
+        "asyncssh's SFTP spends Python time on each 32 KiB SSH packet sshd sends, the OpenSSH "
+        "client decrypts in C and hands the bytes over a pipe (the CPU column); rsync adds its "
+        "own processes and checksums to the same ssh. AES-GCM runs on the CPU's AES "
+        "instructions; chacha20-poly1305 (OpenSSH's and asyncssh's first choice, kept when "
+        "the user's ssh_config names it: the chacha rows) costs more on both ends, so gpuroom "
+        "puts AES-GCM first for its own connections and spawned ssh when the config names no "
+        "Ciphers.",
         "",
         "Interrupted at 50 % and resumed (the resume is a new `pull()` on a new connection; "
         "bytes counted where SFTP read answers arrive):",
@@ -357,7 +362,8 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
         resent_ok = resent_ok and pct < 1.0
         lost = "-" if r["wasted"] is None else (
             f"{max(r['wasted'], 0) / MB:.1f} MB ({100.0 * max(r['wasted'], 0) / b.size:.2f} %)")
-        counted = "SFTP read answers" if method == "sftp" else "rsync `--stats`"
+        counted = {"sftp": "SFTP read answers", "openssh": "SFTP data answers"}.get(
+            method, "rsync `--stats`")
         lines.append(
             f"| {method}, {whats[how]} | {r['kept'] / MB:.0f} MB | {r['second'] / MB:.1f} MB "
             f"({counted}) | {r['resent']} B | {pct:.3f} % | {lost} | {r['resume_s']:.1f} |")
@@ -370,8 +376,8 @@ def report(b: Bench, *, rounds: int, tools: list[str], resume: dict[str, dict[st
             f"{r['resume_s']:.1f} |")
     lines += [
         "",
-        f"Target: re-sent < 1 % of the file: **{'met' if resent_ok else 'missed'}**. Both "
-        "paths resume from the .part's size (SFTP reads from that offset; rsync `--append`): "
+        f"Target: re-sent < 1 % of the file: **{'met' if resent_ok else 'missed'}**. Every "
+        "path resumes from the .part's size (SFTP reads from that offset; rsync `--append`): "
         "the rsync path's re-sent bytes are its protocol overhead (file list, checksums), and "
         "on the SFTP path blocks that were in flight when the pull stopped are the only "
         "bytes that cross twice (the lost-in-flight column; at most the pipelining window). "
@@ -394,7 +400,8 @@ def main() -> int:
     identity = ClientIdentity.create(ensure_test_user())
     box = SshdBox.create(identity)
     work = Path(tempfile.mkdtemp(prefix="gpuroom-pullbench-"))
-    tools = ["gpuroom-cold", "gpuroom", "gpuroom-rsync", "gpuroom-sftp-chacha", "rsync", "scp"]
+    tools = ["gpuroom-cold", "gpuroom", "gpuroom-sftp", "gpuroom-rsync", "gpuroom-openssh-chacha",
+             "gpuroom-sftp-chacha", "gpuroom-rsync-chacha", "rsync", "scp"]
     try:
         box.start()
         box.write_ssh_config({CHACHA_ALIAS: {"Ciphers": CHACHA_CIPHERS}})
@@ -409,7 +416,7 @@ def main() -> int:
                 print(f"round {r} {tool}: {b.size / b.samples[tool][-1].seconds / MB:.0f} MB/s",
                       flush=True)
         resume = {f"{m}/{how}": gpuroom_interrupted(b, how, m)
-                  for m in ("rsync", "sftp") for how in ("cancel", "kill")}
+                  for m in ("openssh", "rsync", "sftp") for how in ("cancel", "kill")}
         print(resume, flush=True)
         try:
             rsync_resume: dict[str, Any] | None = rsync_interrupted(b)

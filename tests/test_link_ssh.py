@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,27 @@ async def test_aes_gcm_first_unless_the_ssh_config_names_ciphers(box: Any) -> No
             assert transport._conn.get_extra_info("recv_cipher") == want, alias
         finally:
             await transport.close()
+
+
+async def test_spawned_ssh_for_bulk_bytes_puts_aes_gcm_first_unless_the_config_names_ciphers(
+        box: Any) -> None:
+    # OpenSSH's own first choice is chacha20-poly1305 too; a -o Ciphers on the command line
+    # would override the user's line, so it is added only when there is none.
+    box.write_ssh_config({"box-ctr": {"Ciphers": "aes256-ctr"}})
+    for alias, want in ((box.alias, "aes128-gcm@openssh.com"), ("box-ctr", "aes256-ctr")):
+        link = HostLink(HostConfig(name="b", ssh=alias), ssh_config=box.ssh_config)
+        try:
+            await link.poll({})  # connected: the link knows what the config says
+            argv = link.bulk_ssh_argv()
+        finally:
+            await link.close()
+        assert ("-o" in argv and "BatchMode=yes" in argv), argv
+        assert any(a.startswith("Ciphers=") for a in argv) == (alias == box.alias), argv
+        # What the real ssh then negotiates with the real sshd.
+        done = subprocess.run([*argv, "-v", "--", alias, "true"], capture_output=True,
+                              text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr[-500:]
+        assert f"server->client cipher: {want}" in done.stderr, done.stderr[-2000:]
 
 
 async def test_unknown_host_key_refused_with_fingerprint(box: Any, tmp_path: Path) -> None:

@@ -9,19 +9,22 @@ import json
 import logging
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuroom.tui import transfer
+from gpuroom.tui import openssh_sftp, transfer
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.link import HostLink, LinkError
 from gpuroom.tui.transfer import Progress, PullResult, load_records, pull, safe_local_path
 
 pytestmark = pytest.mark.sshd
 needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
-METHODS = ["sftp", pytest.param("rsync", marks=needs_rsync)]
+needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
+METHODS = ["sftp", pytest.param("openssh", marks=needs_ssh),
+           pytest.param("rsync", marks=needs_rsync)]
 
 OLD_NS = 1_600_000_000 * 10**9
 WEIRD = "run 'α' \"β\" ünï.bin"
@@ -125,7 +128,7 @@ async def test_interrupted_pull_resends_only_missing_bytes(
     result = await pull_from(sshd_box, str(src), out, state_path=tmp_path / "s", method=method)
     assert result.ok and result.files[0].via == method
     missing = size - second_part
-    if method == "sftp":
+    if method in ("sftp", "openssh"):
         assert result.bytes_transferred == missing  # bytes answered by SFTP reads
     else:
         # rsync's own count of bytes received: the missing ones plus its protocol (a few KB).
@@ -134,8 +137,9 @@ async def test_interrupted_pull_resends_only_missing_bytes(
     assert not part.exists()
 
 
+@pytest.mark.parametrize("method", ["sftp", pytest.param("openssh", marks=needs_ssh)])
 async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
-        sshd_box: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        sshd_box: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, method: str) -> None:
     # Reads still in flight when the box dies must all be awaited by someone: asyncio prints
     # a traceback for each one that is not, into the terminal of a CLI pull.
     src = box_dir(sshd_box, "ckpt_orphans")
@@ -151,7 +155,7 @@ async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
         try:
             with pytest.raises(LinkError):
                 await pull_from(sshd_box, str(src), tmp_path / "out", on_progress=kill_box,
-                                state_path=tmp_path / "s", method="sftp")
+                                state_path=tmp_path / "s", method=method)
         finally:
             sshd_box.start()
         for _ in range(3):  # a lost task is reported when it is collected
@@ -354,19 +358,20 @@ async def test_stale_part_of_another_version_is_refetched(
     assert not (out / "model.bin.part").exists()
 
 
+@needs_ssh
 @needs_rsync
-async def test_auto_takes_rsync_for_big_files_only_under_a_slow_sftp_cipher(
+async def test_auto_sends_big_files_through_ssh_sftp_and_falls_back_when_it_cannot_start(
         sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = box_dir(sshd_box, "ckpt_auto")
     big, small = os.urandom(2 << 20), os.urandom(1000)
-    (src / WEIRD).write_bytes(big)  # quotes and spaces: rsync -s keeps the box's shell out
+    (src / WEIRD).write_bytes(big)  # quotes and spaces: neither path hands it to a shell
     (src / "small.bin").write_bytes(small)
     own(sshd_box, src)
-    monkeypatch.setattr(transfer, "RSYNC_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(transfer, "BULK_MIN_BYTES", 1 << 20)
     # The user's ssh_config picks chacha20 for this alias: asyncssh's SFTP is slow under it.
     sshd_box.write_ssh_config({"box-chacha": {"Ciphers": "chacha20-poly1305@openssh.com"}})
 
-    async def pulled(name: str, alias: str) -> dict[str, str]:
+    async def pulled(name: str, alias: str) -> tuple[dict[str, str], str]:
         link = HostLink(HostConfig(name="box", ssh=alias), ssh_config=sshd_box.ssh_config)
         try:
             result = await pull(link, str(src), tmp_path / name, state_path=tmp_path / "s")
@@ -375,11 +380,92 @@ async def test_auto_takes_rsync_for_big_files_only_under_a_slow_sftp_cipher(
         assert result.ok
         assert (tmp_path / name / WEIRD).read_bytes() == big
         assert (tmp_path / name / "small.bin").read_bytes() == small
-        return {f.path: f.via for f in result.files}
+        return {f.path: f.via for f in result.files}, result.note
 
-    # AES-GCM on the link (gpuroom's default): SFTP keeps up with rsync, so no rsync.
-    assert await pulled("gcm", sshd_box.alias) == {WEIRD: "sftp", "small.bin": "sftp"}
-    assert await pulled("chacha", "box-chacha") == {WEIRD: "rsync", "small.bin": "sftp"}
-    # A box without rsync (the probe finds none): everything goes through SFTP.
+    # Big files through ssh's own SFTP whatever the cipher; small ones on the link.
+    for alias in (sshd_box.alias, "box-chacha"):
+        via, note = await pulled(f"ok-{alias}", alias)
+        assert via == {WEIRD: "openssh", "small.bin": "sftp"} and "ssh's sftp" not in note
+
+    # ssh cannot open its session (here: a cipher spec this ssh refuses, a real ssh error).
+    class BrokenSsh(openssh_sftp.OpenSshSftp):
+        def __init__(self, host: str, argv: list[str], alias: str) -> None:
+            super().__init__(host, [*argv, "-o", "Ciphers=no-such-cipher"], alias)
+
+    monkeypatch.setattr(transfer, "OpenSshSftp", BrokenSsh)
+    via, note = await pulled("gcm", sshd_box.alias)
+    assert via == {WEIRD: "sftp", "small.bin": "sftp"}  # AES-GCM link: SFTP keeps up
+    assert "ssh's sftp session did not start" in note and "no-such-cipher" in note, note
+    via, _ = await pulled("chacha", "box-chacha")
+    assert via == {WEIRD: "rsync", "small.bin": "sftp"}  # chacha on the link: rsync instead
+    # ... and a box without rsync either (the probe finds none): everything over the link.
     monkeypatch.setattr(transfer, "RSYNC_REMOTE", "gpuroom-no-such-rsync")
-    assert await pulled("norsync", "box-chacha") == {WEIRD: "sftp", "small.bin": "sftp"}
+    via, _ = await pulled("norsync", "box-chacha")
+    assert via == {WEIRD: "sftp", "small.bin": "sftp"}
+
+
+def _bulk_argv(box: Any) -> list[str]:
+    return ["ssh", "-F", str(box.ssh_config), "-o", "BatchMode=yes"]
+
+
+@needs_ssh
+async def test_ssh_sftp_asks_again_for_what_a_short_answer_left_out(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SFTP lets a server answer a read with fewer bytes than asked. Ask the real sftp-server
+    # for 1 MiB blocks (it answers at most 255 KiB) without learning its limit first.
+    monkeypatch.setattr(openssh_sftp, "_LIMITS_EXT", b"gpuroom-not-an-extension@example")
+    monkeypatch.setattr(openssh_sftp, "_SAFE_BLOCK", 1 << 20)
+    src = box_dir(sshd_box, "ckpt_short")
+    data = os.urandom((3 << 20) + 12345)
+    (src / "x.bin").write_bytes(data)
+    own(sshd_box, src)
+    asked: list[tuple[int, int]] = []
+    real_send = openssh_sftp._Pipes.send
+
+    def spy(pipes: Any, kind: int, body: bytes) -> None:
+        if kind == openssh_sftp._READ:
+            asked.append(struct.unpack(">QI", body[-12:]))
+        real_send(pipes, kind, body)
+
+    monkeypatch.setattr(openssh_sftp._Pipes, "send", spy)
+    session = openssh_sftp.OpenSshSftp("box", _bulk_argv(sshd_box), sshd_box.alias)
+    part = tmp_path / "x.bin.part"
+    part.write_bytes(data[:1000])  # a resume, from an offset inside the first block
+    try:
+        got = await session.fetch(str(src / "x.bin"), part, offset=1000, size=len(data),
+                                  on_progress=lambda n: None)
+    finally:
+        await session.close()
+    assert part.read_bytes() == data
+    assert got == len(data) - 1000
+    firsts = [off for off, length in asked if length == 1 << 20]
+    assert firsts[:3] == [1000, 1000 + (1 << 20), 1000 + (2 << 20)]
+    assert len(asked) > 5  # the short answers were followed by asks for their rest
+
+
+@needs_ssh
+async def test_file_shrinking_under_ssh_sftp_is_refetched_whole(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "BULK_MIN_BYTES", 1 << 20)
+    src = box_dir(sshd_box, "ckpt_shrink")
+    victim = src / "w.bin"
+    victim.write_bytes(os.urandom(8 << 20))
+    own(sshd_box, src)
+    new = os.urandom(1 << 20)
+    real_send = openssh_sftp._Pipes.send
+    cut = False
+
+    def shrink_before_the_read_at_2mib(pipes: Any, kind: int, body: bytes) -> None:
+        nonlocal cut
+        if kind == openssh_sftp._READ and not cut and \
+                struct.unpack(">Q", body[-12:-4])[0] >= 2 << 20:
+            cut = True  # the box's job rewrites it, shorter, while it travels
+            victim.write_bytes(new)
+        real_send(pipes, kind, body)
+
+    monkeypatch.setattr(openssh_sftp._Pipes, "send", shrink_before_the_read_at_2mib)
+    result = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=tmp_path / "s")
+    [fr] = result.files
+    assert cut and fr.via == "openssh"
+    assert result.ok and "re-fetched" in fr.detail, fr.detail
+    assert (tmp_path / "out" / "w.bin").read_bytes() == new

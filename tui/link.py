@@ -218,14 +218,17 @@ class LocalTransport:
 class SshTransport:
     """One asyncssh connection built from the user's ssh config, known_hosts and agent."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, python: str = "python3") -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, python: str = "python3", *,
+                 user_ciphers: bool = False) -> None:
         self._conn = conn
         self.python = python
+        self.user_ciphers = user_ciphers  # the user's ssh_config names Ciphers for the alias
 
     @classmethod
     async def connect(cls, host: str, alias: str, ssh_config: Path | None,
                       python: str = "python3") -> SshTransport:
         config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
+        ciphers = await _cipher_preference(config, alias)
         try:
             conn = await asyncssh.connect(
                 alias,
@@ -236,7 +239,7 @@ class SshTransport:
                 keepalive_count_max=KEEPALIVE_COUNT_MAX,
                 # Probes are small JSON; compression only costs CPU on both ends.
                 compression_algs=None,
-                encryption_algs=await _cipher_preference(config, alias),
+                encryption_algs=ciphers,
             )
         except asyncssh.HostKeyNotVerifiable as exc:
             raise await _host_key_error(host, alias, config) from exc
@@ -248,7 +251,7 @@ class SshTransport:
             raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
                             fix="check that the box is up and the alias is right "
                                 f"(ssh {alias} true)") from exc
-        return cls(conn, python)
+        return cls(conn, python, user_ciphers=not ciphers)
 
     async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
         # The remote side is a shell: quote every element once, here and nowhere else.
@@ -287,6 +290,12 @@ class SshTransport:
         self._conn.abort()
         with contextlib.suppress(Exception):  # already closing; nothing left to report
             await asyncio.wait_for(self._conn.wait_closed(), 2.0)
+
+
+# OpenSSH's own default cipher list (since 6.5), AES-GCM moved to the front: what a spawned
+# ssh for bulk bytes offers when the user's ssh_config names no Ciphers (see below).
+OPENSSH_GCM_FIRST = ("aes128-gcm@openssh.com,aes256-gcm@openssh.com,"
+                     "chacha20-poly1305@openssh.com,aes128-ctr,aes192-ctr,aes256-ctr")
 
 
 def _aes_gcm_first(algs: list[bytes]) -> list[bytes]:
@@ -541,6 +550,27 @@ class HostLink:
         if isinstance(transport, SshTransport):
             return str(transport._conn.get_extra_info("recv_cipher") or "") or None
         return None
+
+    def bulk_ssh_argv(self) -> list[str]:
+        """argv of a non-interactive ``ssh`` for bulk bytes (rsync's -e, the OpenSSH SFTP path).
+
+        Never a prompt (the TUI owns the terminal); a dead box found as the link finds it.
+        AES-GCM first unless the user's ssh_config names Ciphers: OpenSSH offers chacha20
+        first, which costs the CPU about twice what AES-GCM does on AES-NI, and a pull of a big
+        file is CPU-bound on both ends (bench/pull.py). A command-line -o would override the
+        user's own line, so it is added only when the connected link found none.
+        """
+        argv = ["ssh"]
+        if self.ssh_config is not None:
+            argv += ["-F", str(self.ssh_config)]
+        argv += ["-o", "BatchMode=yes",
+                 "-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}",
+                 "-o", f"ServerAliveInterval={int(KEEPALIVE_INTERVAL_S)}",
+                 "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT_MAX}"]
+        transport = self._transport
+        if isinstance(transport, SshTransport) and not transport.user_ciphers:
+            argv += ["-o", f"Ciphers={OPENSSH_GCM_FIRST}"]
+        return argv
 
     def ssh_argv(self) -> list[str] | None:
         """argv of an interactive shell on the box, for the `s` key; None for local."""

@@ -38,8 +38,6 @@ import platformdirs
 
 from .link import (
     CONNECT_TIMEOUT_S,
-    KEEPALIVE_COUNT_MAX,
-    KEEPALIVE_INTERVAL_S,
     PULL_READ_TIMEOUT_S,
     HostLink,
     LinkError,
@@ -47,6 +45,7 @@ from .link import (
     RemoteFileError,
     cut_to,
 )
+from .openssh_sftp import OpenSshSftp, SessionUnavailable
 from .sanitize import sanitize_line
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
@@ -64,8 +63,9 @@ HASH_FLOOR_BPS = 50e6
 # ciphers. So "auto" takes rsync for files this big only when the link negotiated another
 # cipher (the user's ssh_config chose it) and both ends have rsync. Small files always stay
 # on SFTP: each rsync is a new ssh login (a round trip or three).
-RSYNC_MIN_BYTES = 64 << 20
+BULK_MIN_BYTES = 64 << 20
 SFTP_FAST_CIPHERS = frozenset({"aes128-gcm@openssh.com", "aes256-gcm@openssh.com"})
+METHODS = ("auto", "sftp", "openssh", "rsync")
 RSYNC_REMOTE = "rsync"  # the box's rsync, by name on its PATH
 RSYNC_PROBE_TIMEOUT_S = CONNECT_TIMEOUT_S + 10.0
 RSYNC_POLL_S = 0.1  # how often the .part's size is read for progress and the hasher
@@ -291,6 +291,41 @@ class FetchFn(Protocol):
                        on_progress: Callable[[int], None]) -> int: ...
 
 
+class _OpenSsh:
+    """Big files through the OpenSSH client's SFTP (openssh_sftp.py), one session per pull.
+
+    Where ``ssh`` cannot open the session (not installed, the config works for asyncssh but
+    not for OpenSSH, no sftp subsystem), ``unusable`` says why and the files go the other way.
+    """
+
+    def __init__(self, link: HostLink, *, every_file: bool = False) -> None:
+        self.link = link
+        self.every_file = every_file
+        self.unusable: str | None = None
+        self.session_error: str | None = None  # why ssh's session did not start, if it did not
+        self._session: OpenSshSftp | None = None
+        if link.host.local or not link.host.ssh:
+            self.unusable = "a local host"
+        elif shutil.which("ssh") is None:
+            self.unusable = "no ssh client on this machine"
+
+    def wanted(self, size: int) -> bool:
+        return self.unusable is None and (self.every_file or size >= BULK_MIN_BYTES)
+
+    async def fetch(self, remote: str, part: Path, *, offset: int, size: int,
+                    on_progress: Callable[[int], None]) -> int:
+        if self._session is None:
+            self._session = OpenSshSftp(self.link.name, self.link.bulk_ssh_argv(),
+                                        self.link.host.ssh or "")
+        return await self._session.fetch(remote, part, offset=offset, size=size,
+                                         on_progress=on_progress)
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
 class _Rsync:
     """rsync over the link's ssh alias, into the same .part the SFTP path would resume.
 
@@ -309,17 +344,10 @@ class _Rsync:
     def wanted(self, size: int) -> bool:
         """Whether rsync should move a file this big, if both ends have it."""
         return self.every_file or (
-            size >= RSYNC_MIN_BYTES and self.link.bulk_cipher() not in SFTP_FAST_CIPHERS)
+            size >= BULK_MIN_BYTES and self.link.bulk_cipher() not in SFTP_FAST_CIPHERS)
 
     def _ssh(self) -> list[str]:
-        argv = ["ssh"]
-        if self.link.ssh_config is not None:
-            argv += ["-F", str(self.link.ssh_config)]
-        # Never a prompt (the TUI owns the terminal); a dead box found like the link finds it.
-        return [*argv, "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={int(CONNECT_TIMEOUT_S)}",
-                "-o", f"ServerAliveInterval={int(KEEPALIVE_INTERVAL_S)}",
-                "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT_MAX}"]
+        return self.link.bulk_ssh_argv()
 
     def start_probe(self) -> None:
         """Ask the box now, so the ssh login overlaps the manifest instead of following it."""
@@ -526,7 +554,43 @@ async def _fetch(fetch: FetchFn, remote: str, part: Path, *, size: int, meter: _
     return await hasher.finish()
 
 
-async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_dir: str,
+@dataclass
+class _Paths:
+    """The ways bytes can come home in one pull, in the order they are tried for a file."""
+
+    io: PullIO
+    openssh: _OpenSsh | None = None
+    rsync: _Rsync | None = None
+
+    async def fetcher(self, size: int, fr: FileResult) -> FetchFn:
+        if self.openssh is not None and self.openssh.wanted(size):
+            fr.via = "openssh"
+            return self.openssh.fetch
+        if self.rsync is not None and self.rsync.wanted(size) and await self.rsync.available():
+            fr.via = "rsync"
+            return self.rsync.fetch
+        fr.via = "sftp"
+        return self.io.fetch_file
+
+    async def fetch(self, remote: str, part: Path, *, size: int, meter: _Meter,
+                    fr: FileResult) -> str:
+        """_fetch through the first path that opens; one that cannot start is not retried."""
+        while True:
+            fetch = await self.fetcher(size, fr)
+            try:
+                return await _fetch(fetch, remote, part, size=size, meter=meter, fr=fr)
+            except SessionUnavailable as exc:
+                assert self.openssh is not None
+                # wanted() is False from now on
+                self.openssh.unusable = self.openssh.session_error = exc.reason
+
+    async def close(self) -> None:
+        for path in (self.openssh, self.rsync):
+            if path is not None:
+                await path.close()
+
+
+async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
                      entry: dict[str, Any], *, target: Path, meter: _Meter,
                      digests: _BoxDigests) -> FileResult:
     rel = entry["path"]
@@ -551,16 +615,9 @@ async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_di
         meter.report(rel, size)
         return fr
 
-    async def fetcher(size: int) -> FetchFn:
-        if rsync is not None and rsync.wanted(size) and await rsync.available():
-            fr.via = "rsync"
-            return rsync.fetch
-        fr.via = "sftp"
-        return io.fetch_file
-
     counted = meter.done
     try:
-        got = await _fetch(await fetcher(size), remote, part, size=size, meter=meter, fr=fr)
+        got = await paths.fetch(remote, part, size=size, meter=meter, fr=fr)
     except RemoteFileError:
         got = ""  # it shrank or vanished since it was listed: as a mismatch, ask again
     if got and got == await box_sha():
@@ -579,7 +636,7 @@ async def _pull_file(link: HostLink, io: PullIO, rsync: _Rsync | None, remote_di
     size, sha = int(again["size"]), str(again["sha256"])
     fr.size, fr.sha256 = size, sha
     try:
-        got = await _fetch(await fetcher(size), remote, part, size=size, meter=meter, fr=fr)
+        got = await paths.fetch(remote, part, size=size, meter=meter, fr=fr)
     except RemoteFileError as exc:
         part.unlink(missing_ok=True)
         fr.status, fr.detail = "failed", f"changed on the box twice while pulled: {exc.reason}"
@@ -602,25 +659,29 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                state_path: Path | None = None, method: str = "auto") -> PullResult:
     """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified.
 
-    ``method``: "auto" sends everything through SFTP on the link, except files of
-    RSYNC_MIN_BYTES or more when the link's cipher is not AES-GCM and both ends have rsync;
-    "sftp" never uses rsync; "rsync" uses it for every file when both ends have it (SFTP
-    otherwise).
+    ``method``: "auto" sends files of BULK_MIN_BYTES or more through the OpenSSH client's
+    SFTP, and the rest through SFTP on the link; where ``ssh`` cannot open that session, big
+    files take rsync when the link's cipher is not AES-GCM and both ends have rsync. "sftp"
+    uses the link only; "openssh" and "rsync" use that path for every file when it works
+    (SFTP on the link otherwise).
     """
-    if method not in ("auto", "sftp", "rsync"):
-        raise ValueError(f"method must be auto, sftp or rsync, not {method!r}")
-    rsync = None if method == "sftp" else _Rsync(link, every_file=method == "rsync")
-    if rsync is not None and rsync.every_file:
-        rsync.start_probe()  # the ssh login overlaps the manifest
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    paths = _Paths(PullIO(link))
+    if method in ("auto", "openssh"):
+        paths.openssh = _OpenSsh(link, every_file=method == "openssh")
+    if method in ("auto", "rsync"):
+        paths.rsync = _Rsync(link, every_file=method == "rsync")
+        if paths.rsync.every_file:
+            paths.rsync.start_probe()  # the ssh login overlaps the manifest
     try:
-        return await _pull(link, remote_dir, Path(local_dir), rsync, on_progress=on_progress,
+        return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
                            job=job, load_test_torch=load_test_torch, state_path=state_path)
     finally:
-        if rsync is not None:
-            await rsync.close()
+        await paths.close()
 
 
-async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | None, *,
+async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                 on_progress: Callable[[Progress], None] | None, job: str | None,
                 load_test_torch: bool | None, state_path: Path | None) -> PullResult:
     local.mkdir(parents=True, exist_ok=True)
@@ -646,15 +707,17 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | No
                                                   f"{local}"))
             continue
         todo.append((entry, target))
-    if rsync is not None and any(rsync.wanted(int(e["size"])) for e, _ in todo):
+    rsync, openssh = paths.rsync, paths.openssh
+    if rsync is not None and any(rsync.wanted(int(e["size"])) and not
+                                 (openssh is not None and openssh.wanted(int(e["size"])))
+                                 for e, _ in todo):
         rsync.start_probe()  # the ssh login overlaps the first files
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
-    io = PullIO(link)
     digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])
     try:
         for entry, target in todo:
             # A LinkError propagates: the link is gone, the .part files stay for the resume.
-            fr = await _pull_file(link, io, rsync, box_dir, entry, target=target, meter=meter,
+            fr = await _pull_file(link, paths, box_dir, entry, target=target, meter=meter,
                                   digests=digests)
             result.files.append(fr)
             result.bytes_transferred += fr.bytes_transferred
@@ -675,8 +738,13 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, rsync: _Rsync | No
             fr.verified_by, fr.detail = "load", detail
         else:
             fr.status, fr.detail = "failed", detail
+    notes = []
+    if openssh is not None and openssh.session_error:
+        notes.append(f"ssh's sftp session did not start, so big files came over the link "
+                     f"instead: {openssh.session_error}")
     if not do_load:
-        result.note = "hash-verified, not load-verified: torch is not importable here"
+        notes.append("hash-verified, not load-verified: torch is not importable here")
+    result.note = "; ".join(notes)
     if result.ok and result.files:
         record_pull(result, state_path)
     return result

@@ -17,7 +17,7 @@ from . import config as cfg
 from .fleet import Fleet
 from .link import LinkError
 from .outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
-from .transfer import Progress, PullError
+from .transfer import METHODS, Progress, PullError
 
 EXIT_NOT_SAFE = 5
 PROGRESS_EVERY_S = 0.5
@@ -28,9 +28,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("host")
     p.add_argument("job", nargs="?", default=None)
     p.add_argument("--to", metavar="DIR", help="local root (default: the host's pull_to)")
-    p.add_argument("--method", choices=("auto", "sftp", "rsync"), default="auto",
-                   help="auto: SFTP on the link, or rsync for big files when the link's "
-                        "cipher is not AES-GCM and the box has rsync (bench/pull.py)")
+    p.add_argument("--method", choices=METHODS, default="auto",
+                   help="auto: big files through ssh's own SFTP (openssh), the rest through "
+                        "SFTP on gpuroom's link (sftp); rsync only when asked, or when ssh "
+                        "cannot open its session (measured: bench/pull.py)")
     p.set_defaults(func=cmd_pull)
     p = sub.add_parser("gate", help="teardown gate: is it safe to stop paying for HOST?")
     p.add_argument("host")
