@@ -3,8 +3,9 @@
 Order per file (the teardown gate trusts only what this module recorded):
   manifest on the box (big files listed unhashed; the box hashes them one by one while they
   travel, so a first pull is not a full read of the dir before the first byte moves) ->
-  path safety -> download to NAME.part, resuming from its size (U12; SFTP on the link, or
-  ``rsync --append`` over the same ssh alias for big files when both ends have rsync) ->
+  path safety -> download to NAME.part, resuming from its size (U12; big files through the
+  OpenSSH client's SFTP on the same alias, the rest through SFTP on the link; ``rsync
+  --append`` on request, or for big files where ssh cannot open its session) ->
   sha256 of the whole .part, read behind the writer, against the box's digest -> rename to
   NAME only on a match. A mismatch, or a file that shrank or vanished mid-fetch, re-takes the
   box's entry for that file and re-fetches from zero once (a file that changed during the
@@ -57,12 +58,13 @@ TAIL_HASH_CHUNK = 4 << 20  # the hasher thread's pread size: few GIL hand-offs p
 # (_BoxDigests). Below it, hashing costs less than the extra helper call (~50 ms) would.
 DEFER_HASH_BYTES = 64 << 20
 HASH_FLOOR_BPS = 50e6
-# Which path moves a big file, measured on loopback (bench/pull.py, docs/PERFORMANCE.md):
-# SFTP on the link keeps up with rsync when asyncssh decrypts AES-GCM (the CPU's AES
-# instructions) and falls to ~0.7x under chacha20-poly1305; rsync runs OpenSSH's own C
-# ciphers. So "auto" takes rsync for files this big only when the link negotiated another
-# cipher (the user's ssh_config chose it) and both ends have rsync. Small files always stay
-# on SFTP: each rsync is a new ssh login (a round trip or three).
+# Which path moves a big file, measured on loopback (bench/pull.py, docs/PERFORMANCE.md): a
+# big pull is CPU-bound on both ends, and the OpenSSH client (C, AES-GCM first when the
+# user's config names no Ciphers) takes the least CPU per byte; asyncssh's SFTP keeps up only
+# under AES-GCM, and rsync adds its processes and checksums to the same ssh. Files this big
+# or bigger go through ssh's SFTP; smaller ones stay on the link, which is open already
+# (ssh's session costs a login, once per pull). Where ssh cannot open its session, big files
+# take rsync when the link runs another cipher than AES-GCM and both ends have rsync.
 BULK_MIN_BYTES = 64 << 20
 SFTP_FAST_CIPHERS = frozenset({"aes128-gcm@openssh.com", "aes256-gcm@openssh.com"})
 METHODS = ("auto", "sftp", "openssh", "rsync")
