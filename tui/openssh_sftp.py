@@ -137,14 +137,14 @@ class OpenSshSftp:
         self._next_id = 1
         self._lock = asyncio.Lock()
 
-    @property
-    def argv(self) -> list[str]:
-        return list(self._argv)
-
     # ---------------------------------------------------------------- session (worker thread)
 
     def _start(self) -> None:
-        self._stderr = tempfile.TemporaryFile()
+        if self._stderr is None:
+            self._stderr = tempfile.TemporaryFile()
+        else:  # a session started again after a failure: only this one's words
+            self._stderr.seek(0)
+            self._stderr.truncate()
         try:
             self._proc = subprocess.Popen(
                 self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
