@@ -8,6 +8,7 @@ answers: U17 half-open) and `start()` brings it back on the same port with the s
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import pwd
@@ -124,13 +125,25 @@ def ensure_test_user(name: str = TEST_USER) -> BoxUser:
     return BoxUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=home)
 
 
+WIPE_ATTEMPTS = 30  # x 0.1 s
+
+
 def wipe_gpuroom_dir(user: BoxUser) -> None:
     """Remove ~/.gpuroom of the test user so a test starts on a clean box."""
     target = user.home / GPUROOM_DIR
     if target.is_symlink() or target.is_file():
         target.unlink()
     elif target.exists():
-        shutil.rmtree(target)
+        # A queue runner the previous test stopped (tmux kill-session returns before the
+        # runner is gone) may still write its last state file while this removes the dir.
+        for attempt in range(WIPE_ATTEMPTS):
+            try:
+                shutil.rmtree(target)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY or attempt == WIPE_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1)
 
 
 def generate_key(path: Path, comment: str) -> str:
