@@ -43,7 +43,7 @@ from .link import (
     RemoteFileError,
     cut_to,
 )
-from .sanitize import sanitize_line
+from .sanitize import last_words, sanitize_line
 
 # SFTP v3 packet types (draft-ietf-secsh-filexfer-02) and the status codes named in errors.
 _INIT, _VERSION, _OPEN, _CLOSE, _READ = 1, 2, 3, 4, 5
@@ -187,9 +187,7 @@ class OpenSshSftp:
             self._stderr.seek(0, os.SEEK_END)
             size = self._stderr.tell()
             self._stderr.seek(max(0, size - _STDERR_CAP))
-            lines = [sanitize_line(x) for x in
-                     self._stderr.read().decode(errors="replace").splitlines()]
-            return " | ".join(x for x in lines if x)[-400:]
+            return last_words(self._stderr.read())
         return ""
 
     def _last_words(self, exc: BaseException) -> str:

@@ -54,6 +54,13 @@ def sanitize_line(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def last_words(raw: bytes, limit: int = 400) -> str:
+    """A child process's stderr as one safe line for an error message: its last ``limit``
+    characters, blank lines dropped, lines joined with " | "."""
+    lines = (sanitize_line(x) for x in raw.decode(errors="replace").splitlines())
+    return " | ".join(x for x in lines if x)[-limit:]
+
+
 def truncate_display(text: str, limit: int = MAX_DISPLAY_CHARS) -> str:
     """Cap one line for display, saying how much was cut so nobody mistakes it for the whole."""
     if len(text) <= limit:

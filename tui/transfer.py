@@ -47,7 +47,7 @@ from .link import (
     cut_to,
 )
 from .openssh_sftp import OpenSshSftp, SessionUnavailable
-from .sanitize import sanitize_line
+from .sanitize import last_words
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on a laptop
@@ -417,8 +417,7 @@ class _Rsync:
         appended = max(part.stat().st_size - offset, 0)
         on_progress(appended)
         if proc.returncode != 0:
-            lines = [sanitize_line(x) for x in err.decode(errors="replace").splitlines()]
-            tail = " | ".join(x for x in lines if x)[-400:]
+            tail = last_words(err)
             # 23: a file-level error (gone, unreadable), 24: the file vanished mid-transfer.
             error = RemoteFileError if proc.returncode in (23, 24) else LinkError
             raise error(self.link.name, f"rsync of {remote} exited {proc.returncode} "
