@@ -199,6 +199,28 @@ async def test_box_without_python_says_so(box: Any) -> None:
     assert "no python3-not-here on PATH" in str(err.value) and "Fix:" in str(err.value)
 
 
+# What a hostile or broken box might write to stderr: an OSC 52 clipboard write, a screen
+# clear, and text that Textual markup would read as an action.
+HOSTILE_STDERR = r"boom \033]52;c;ZXZpbA==\007\033[2J[@click=app.quit]x[/]\n"
+
+
+async def test_box_stderr_in_a_host_error_is_inert(box: Any, tmp_path: Path) -> None:
+    fake = box.home / "python-that-fails"
+    fake.write_text(f"#!/bin/sh\nprintf '{HOSTILE_STDERR}' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    config = Config(path=tmp_path / "h.toml", settings=Settings(ssh_config=str(box.ssh_config)))
+    config.hosts["box"] = HostConfig(name="box", ssh=box.alias, python=str(fake))
+    fleet = Fleet(config)
+    try:
+        state = await fleet.poll_host("box")
+    finally:
+        await fleet.close()
+    assert state.state is LinkState.DOWN
+    error = state.error or ""
+    assert "exit 3" in error and "boom" in error, error
+    assert not any(c in error for c in "\x1b\x07\n"), repr(error)
+
+
 async def test_helper_answer_not_json_is_host_error(box: Any) -> None:
     # `echo` stands in for an interpreter whose output is not the helper's JSON.
     link = HostLink(HostConfig(name="box", ssh=box.alias, python="echo"),

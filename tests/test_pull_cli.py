@@ -61,3 +61,43 @@ def test_gate_closed_until_pulled_then_safe(sshd_box: Any, tmp_path: Path,
         assert json.loads(capsys.readouterr().out)["safe"] is True
     finally:
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+# A file name is the box's text too: an escape sequence and a newline in one must not reach
+# the terminal through the pull's report, and the file must still arrive under its own name.
+EVIL_NAME = "evil\x1b]52;c;ZXZpbA==\x07\x1b[2J\nname.bin"
+EVIL_JOB = ("import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],"
+            f"{EVIL_NAME!r}),'wb').write(b'y'*77)")
+
+
+def test_pull_report_of_a_hostile_file_name_is_inert(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
+                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    try:
+        assert run("--config", str(config), "queue", "add", "box", "--", "python3", "-c",
+                   EVIL_JOB) == 0
+        deadline = time.monotonic() + 60
+        while True:
+            capsys.readouterr()
+            assert run("--config", str(config), "queue", "ls", "box", "--json") == 0
+            jobs = json.loads(capsys.readouterr().out)["jobs"]
+            if jobs and jobs[0]["state"] in ("succeeded", "failed"):
+                break
+            assert time.monotonic() < deadline, jobs
+            time.sleep(0.3)
+        assert jobs[0]["state"] == "succeeded", jobs
+        jid = jobs[0]["id"]
+        for argv in (["pull", "box", "--to", str(tmp_path / "p")], ["gate", "box"]):
+            run("--config", str(config), *argv)
+            captured = capsys.readouterr()
+            for stream in (captured.out, captured.err):
+                assert "\x1b" not in stream and "\x07" not in stream, (argv, repr(stream))
+            if argv[0] == "pull":
+                assert "evilname.bin: " in captured.out, captured.out
+        assert (tmp_path / "p" / "box" / jid / EVIL_NAME).read_bytes() == b"y" * 77
+    finally:
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")

@@ -113,3 +113,25 @@ def test_kill_and_relaunch_from_jump_host(
     assert j["state"] == "killed"
     assert [a["attempt"] for a in j["attempts"]] == [1, 2]
     assert all(a["end_reason"] == "killed" for a in j["attempts"]), j["attempts"]
+
+
+def test_box_stderr_reaches_the_cli_inert(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A box whose queue helper fails, writing escape sequences and markup to stderr: the
+    # error the CLI prints quotes it, and must not pass the sequences to the user's terminal.
+    fake = sshd_box.home / "python-whose-queue-fails"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *queue*)\n"
+                    "  printf 'boom \\033]52;c;ZXZpbA==\\007\\033[2J[/]\\n' >&2; exit 1;;\n"
+                    "esac\nexec python3 \"$@\"\n")
+    fake.chmod(0o755)
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_box.ssh_config)},
+        "hosts": {"box": {"ssh": sshd_box.alias, "python": str(fake)}}}).encode())
+    for argv in (["logs", "box", "j1"], ["kill", "box", "j1"], ["ls", "box"]):
+        rc = main(["--config", str(config), "queue", *argv])
+        captured = capsys.readouterr()
+        assert rc != 0, argv
+        assert "box" in captured.err and "boom" in captured.err, (argv, captured)
+        for stream in (captured.out, captured.err):
+            assert "\x1b" not in stream and "\x07" not in stream, (argv, repr(stream))

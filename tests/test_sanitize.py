@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from gpuroom.tui.link import ExecResult
 from gpuroom.tui.sanitize import (
     MAX_DISPLAY_CHARS,
     LineSplitter,
     display_line,
     display_lines,
+    inert,
+    last_words,
     sanitize_line,
     strip_escapes,
     truncate_display,
@@ -184,3 +187,36 @@ def test_splitter_keep_returns_the_tail_of_what_feed_returns(seed: int) -> None:
         every = full.feed(chunk)
         assert kept.feed(chunk, keep=keep) == (every[-keep:] if keep else [])
     assert kept.flush() == full.flush()
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("plain job name", "plain job name"),
+        ("two\nlines", "twolines"),
+        ("mount \x1b]52;c;ZXZpbA==\x07point", "mount point"),
+        ("\x1b[2Jcleared", "cleared"),
+        ("abc\u202edef", "abcdef"),
+        ("progress 10%\rprogress 90%", "progress 90%"),
+    ],
+)
+def test_inert_field(raw: str, shown: str) -> None:
+    assert inert(raw) == shown
+
+
+def test_last_words_is_one_safe_line_of_the_tail() -> None:
+    raw = b"first\n\n\x1b[31mred\x1b[0m error\r\nlast \x07line\n"
+    assert last_words(raw) == "first | red error | last line"
+    assert last_words(b"x" * 1000 + b"\nend", limit=10) == "xxxx | end"
+
+
+@pytest.mark.parametrize(
+    ("rc", "stderr", "said"),
+    [
+        (3, b"boom \x1b]52;c;ZXZpbA==\x07\x1b[2J\n", "exit 3: boom"),
+        (1, b"", "exit 1"),
+        (None, b"killed\n", "no exit status: killed"),
+    ],
+)
+def test_exec_failure_quotes_stderr_inert(rc: int | None, stderr: bytes, said: str) -> None:
+    assert ExecResult(rc, b"", stderr).failure() == said

@@ -177,6 +177,39 @@ def test_disk_error_and_no_inode_accounting() -> None:
     assert btrfs.inodes_pct is None and btrfs.bytes_pct == 50
 
 
+# ------------------------------------------------------------------ the box's text is inert
+
+# An OSC 52 clipboard write, a screen clear, a bidi override and a newline: each one would
+# act on the terminal (or reorder what the user reads) if a pane printed it as given.
+EVIL = "\x1b]52;c;ZXZpbA==\x07\x1b[2J\u202eevil\nline"
+
+
+def assert_inert(text: str) -> None:
+    assert not any(c in text for c in "\x1b\x07\n\u202e"), repr(text)
+    assert "evil" in text and "line" in text, repr(text)
+
+
+def test_every_string_the_box_wrote_is_inert_in_the_rows() -> None:
+    snap = {
+        "gpus": [{"index": 0, "name": f"H100 {EVIL}", "throttle_reasons": [f"hw_{EVIL}"]}],
+        "disks": [{"path": f"/mnt/{EVIL}", "error": f"OSError: {EVIL}"}],
+        "queue": [{"id": "j1", "name": f"run {EVIL}", "state": "running",
+                   "command": f"python {EVIL}"},
+                  {"id": "j2", "name": "argv", "state": f"queued{EVIL}", "argv": ["echo", EVIL]}],
+    }
+    (gpu,) = gpu_rows(snap)
+    assert_inert(gpu.name)
+    assert_inert(gpu.throttle_short)
+    (disk,) = disk_rows(snap)
+    assert_inert(disk.path)
+    assert_inert(disk.error or "")
+    first, second = job_rows(up(snap), NOW)
+    for text in (first.name, second.state, first.command, second.command):
+        assert_inert(text)
+    assert_inert(gpu_absence({"gpus": {"devices": [], "reason": f"nvidia-smi: {EVIL}"}}) or "")
+    assert_inert(host_row(up(snap), NOW).job)
+
+
 # ------------------------------------------------------------------ jobs, pending actions
 
 

@@ -19,6 +19,7 @@ from .config import Config, HostConfig
 from .link import HostLink, LinkError
 from .model import HostState, LinkState, Snapshot
 from .outputs import check_gate, pull_jobs, pull_root
+from .sanitize import inert
 from .slurmview import queue_backend
 
 if TYPE_CHECKING:
@@ -141,7 +142,8 @@ class Fleet:
             except LinkError as exc:
                 self._failures[name] += 1
                 state.polls_failed += 1
-                state.error = str(exc)
+                # Its text may quote the box (stderr, a disconnect reason): made inert once here.
+                state.error = inert(str(exc))
                 age = state.age_s(self.clock())
                 if age is not None and age < self.config.settings.down_after_s:
                     state.state = LinkState.STALE
@@ -200,8 +202,7 @@ class Fleet:
     async def _queue_call(self, host: str, *args: str, timeout_s: float = 60.0) -> str:
         result = await self.link(host).helper("queue", *args, timeout_s=timeout_s)
         if result.rc != 0:
-            err = result.stderr.decode(errors="replace").strip()[-400:]
-            raise LinkError(host, f"queue {args[0]} failed (exit {result.rc}): {err}")
+            raise LinkError(host, f"queue {args[0]} failed ({result.failure()})")
         return result.stdout.decode(errors="replace")
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,

@@ -26,6 +26,7 @@ import asyncssh
 
 from .config import HostConfig, check_alias
 from .helper_build import HelperArchive, helper_archive
+from .sanitize import last_words, sanitize_line
 
 CONNECT_TIMEOUT_S = 10.0
 LOGIN_TIMEOUT_S = 15.0
@@ -74,6 +75,16 @@ class ExecResult:
     rc: int | None
     stdout: bytes
     stderr: bytes
+
+    def failure(self) -> str:
+        """How the command ended, as one line fit for any terminal: "exit 2: <stderr tail>".
+
+        The stderr is the box's: escape sequences in it must not reach a CLI terminal or the
+        room, so it goes through last_words like every other child's stderr.
+        """
+        status = "no exit status" if self.rc is None else f"exit {self.rc}"
+        words = last_words(self.stderr)
+        return f"{status}: {words}" if words else status
 
 
 class _Reader(Protocol):
@@ -434,8 +445,8 @@ class HostLink:
                                 "python3), or set python = \"/path/to/python3\" for this host "
                                 "in hosts.toml")
         if result.rc != 0:
-            raise LinkError(self.name, f"{transport.python} failed on the box (exit {result.rc}):"
-                            f" {result.stderr.decode(errors='replace').strip()[-300:]}")
+            raise LinkError(self.name, f"{transport.python} failed on the box "
+                            f"({result.failure()})")
         try:
             info = json.loads(result.stdout)
         except ValueError as exc:
@@ -499,15 +510,15 @@ class HostLink:
             answer = await self._serve.request({"op": "probe", "args": request},
                                                self.output_cap)
             if not answer.get("ok"):
-                raise LinkError(self.name, f"helper error: {answer.get('error')}")
+                raise LinkError(self.name,
+                                f"helper error: {sanitize_line(str(answer.get('error')))}")
             snapshot = answer.get("snapshot")
         else:
             result = await transport.exec(
                 self.helper_argv(transport, "probe", "--request", json.dumps(request)),
                 stdin=None, cap=self.output_cap)
             if result.rc != 0:
-                raise LinkError(self.name, f"probe exited {result.rc}: "
-                                f"{result.stderr.decode(errors='replace').strip()[-300:]}")
+                raise LinkError(self.name, f"probe failed ({result.failure()})")
             snapshot = json.loads(result.stdout)
         if not isinstance(snapshot, dict) or "schema" not in snapshot:
             raise LinkError(self.name, "the helper's answer is not a probe document")

@@ -16,6 +16,7 @@ import platformdirs
 from .config import HostConfig
 from .gate import GateResult, evaluate, snapshot_jobs
 from .link import HostLink, LinkError
+from .sanitize import inert
 from .transfer import Progress, PullResult, load_records, pull, take_manifest
 
 
@@ -31,8 +32,7 @@ async def queue_jobs(link: HostLink) -> list[dict[str, Any]]:
     try:
         doc = json.loads(result.stdout)
     except ValueError:
-        raise LinkError(link.name, f"queue ls failed (exit {result.rc}): "
-                        f"{result.stderr.decode(errors='replace').strip()[-300:]}") from None
+        raise LinkError(link.name, f"queue ls failed ({result.failure()})") from None
     return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
 
 
@@ -84,9 +84,10 @@ async def check_gate(link: HostLink) -> GateResult:
 
 
 def result_lines(jid: str, result: PullResult) -> list[str]:
-    """What a pull of one job did, a line per file, for the CLI and the room."""
+    """What a pull of one job did, a line per file, for the CLI and the room. Inert: file
+    names, reasons and errors in them are the box's."""
     if not result.files and (result.manifest_reason or "").startswith("not a dir"):
-        return [f"{jid}: nothing to pull ({result.manifest_reason})"]
+        return [inert(f"{jid}: nothing to pull ({result.manifest_reason})")]
     lines = [f"{jid}/{f.path}: {f.status}"
              f"{' by ' + f.verified_by if f.verified_by else ''}"
              f"{': ' + f.detail if f.detail else ''}" for f in result.files]
@@ -94,4 +95,4 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
         lines.append(f"{jid}: {result.note}")
     if not result.manifest_complete:
         lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
-    return lines
+    return [inert(line) for line in lines]

@@ -83,8 +83,7 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     try:
         doc = json.loads(result.stdout)
     except ValueError:
-        err = result.stderr.decode(errors="replace").strip()[-400:]
-        raise LinkError(host, f"queue {what} failed (exit {result.rc}): {err}") from None
+        raise LinkError(host, f"queue {what} failed ({result.failure()})") from None
     if not isinstance(doc, dict):
         raise LinkError(host, f"queue {what}: unexpected answer")
     return doc
@@ -180,7 +179,7 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
         result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
                                    "--max-bytes", str(LOG_CHUNK_BYTES))
         if result.rc != 0:
-            print(f"gpuroom: {args.host}: {result.stderr.decode(errors='replace').strip()}",
+            print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
                   file=sys.stderr)
             return 1
         if result.stdout:

@@ -54,10 +54,18 @@ def sanitize_line(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def inert(text: str) -> str:
+    """One field the box wrote (a job name, a mount point, an error) as a terminal may show
+    it: sanitize_line, with newlines dropped too, skipped when nothing in it needs it."""
+    if _UNSAFE.search(text) is None and "\n" not in text:
+        return text
+    return sanitize_line(text)
+
+
 def last_words(raw: bytes, limit: int = 400) -> str:
     """A child process's stderr as one safe line for an error message: its last ``limit``
-    characters, blank lines dropped, lines joined with " | "."""
-    lines = (sanitize_line(x) for x in raw.decode(errors="replace").splitlines())
+    characters, each line stripped, blank ones dropped, joined with " | "."""
+    lines = (sanitize_line(x).strip() for x in raw.decode(errors="replace").splitlines())
     return " | ".join(x for x in lines if x)[-limit:]
 
 

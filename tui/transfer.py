@@ -47,7 +47,7 @@ from .link import (
     cut_to,
 )
 from .openssh_sftp import OpenSshSftp, SessionUnavailable
-from .sanitize import last_words
+from .sanitize import last_words, sanitize_line
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on a laptop
@@ -165,9 +165,8 @@ async def take_manifest(link: HostLink, remote_dir: str, only: list[str] | None 
     try:
         doc = json.loads(result.stdout)
     except ValueError:
-        err = result.stderr.decode(errors="replace").strip()[-400:]
         raise PullError(f"{link.name}: manifest of {remote_dir} failed "
-                        f"(exit {result.rc}): {err}") from None
+                        f"({result.failure()})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise PullError(f"{link.name}: manifest of {remote_dir}: unexpected answer")
     return doc
@@ -263,9 +262,9 @@ async def load_test(path: Path) -> tuple[bool, str]:
     if proc.returncode == 0:
         return True, "torch.load(map_location='cpu', weights_only=True) OK"
     try:
-        message = str(json.loads(out.splitlines()[-1]).get("error"))
+        message = sanitize_line(str(json.loads(out.splitlines()[-1]).get("error")))
     except (ValueError, IndexError, AttributeError):
-        message = err.decode(errors="replace").strip()[-300:] or f"exit {proc.returncode}"
+        message = last_words(err) or f"exit {proc.returncode}"
     return False, f"load test failed: {message}"
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.sanitize import inert
 from gpuroom.tui.slurmview import slurm_summary
 
 Level = Literal["ok", "warn", "crit"]
@@ -83,7 +84,9 @@ def _int(value: Any) -> int | None:
 
 
 def _str(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A snapshot field as display text. The snapshot is the box's: a job name, a mount point
+    or an error in it may carry escape sequences, and none of them reaches a pane."""
+    return "" if value is None else inert(str(value))
 
 
 def worst(*levels: Level) -> Level:
@@ -215,7 +218,7 @@ def _throttle_reasons(raw: Any) -> tuple[str, ...]:
         return ()
     out = []
     for reason in raw:
-        key = str(reason).strip().lower().replace(" ", "_").replace("-", "_")
+        key = _str(reason).strip().lower().replace(" ", "_").replace("-", "_")
         if key and key not in BENIGN_THROTTLE:
             out.append(key)
     return tuple(out)
@@ -280,7 +283,7 @@ def gpu_absence(snapshot: Snapshot | None) -> str | None:
                 reason = err.get("error")
     if reason is None:
         reason = "none found" if section is not None else "not reported by the probe"
-    return str(reason)
+    return _str(reason)
 
 
 def gpu_summary(rows: Sequence[GpuRow]) -> tuple[str, str, str]:
@@ -368,7 +371,7 @@ def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
             continue
         path = _str(d.get("path"))
         if d.get("error") is not None:
-            rows.append(DiskRow(path, str(d["error"]), *([None] * 8)))
+            rows.append(DiskRow(path, _str(d["error"]), *([None] * 8)))
             continue
         dev = d.get("device")
         if dev is not None:
@@ -487,7 +490,7 @@ def _newest_checkpoint_mtime(j: Mapping[str, Any]) -> float | None:
 def _command(j: Mapping[str, Any]) -> str:
     argv = _get(j, "argv")
     if isinstance(argv, list):
-        return shlex.join(str(a) for a in argv)
+        return inert(shlex.join(str(a) for a in argv))
     return _str(_get(j, "command", "cmd"))
 
 
@@ -597,7 +600,7 @@ def log_chunk(snapshot: Snapshot | None, job_id: str) -> LogChunk | None:
         if not isinstance(log, Mapping):
             return None
         try:
-            data = base64.b64decode(_str(log.get("data_b64")), validate=True)
+            data = base64.b64decode(str(log.get("data_b64") or ""), validate=True)
         except (binascii.Error, ValueError):
             return None
         return LogChunk(
