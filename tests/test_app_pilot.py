@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.content import Content
 from textual.widgets import Input
+from textual.widgets._toast import Toast
 
 from gpuroom.tui.app import GpuroomApp
 from gpuroom.tui.fleetapi import FleetError, StaticFleet
@@ -203,6 +205,25 @@ async def test_failed_kill_notifies_with_host_job_cause_and_fix() -> None:
         for part in ("j3", "h100-a", "connection lost", "Fix:"):
             assert part in note.message
         assert queue_states(app)["j3"] == ("running", None)  # nothing pending after failure
+
+
+async def test_a_toast_quoting_the_box_is_plain_inert_text() -> None:
+    # As markup, "[/]" raises and "[@click=...]" is an action; raw, ESC reaches the terminal.
+    app, fleet = make_app()
+    fleet.fail_with = "boom \x1b]52;c;ZXZpbA==\x07\x1b[2J[@click=app.quit]x[/] [b]bold[/b]"
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.press("K", "y")
+        await settle(app)
+        await pilot.pause()
+        (note,) = list(app._notifications)
+        assert note.markup is False
+        assert "\x1b" not in note.message and "\x07" not in note.message, repr(note.message)
+        assert "[@click=app.quit]x[/] [b]bold[/b]" in note.message
+        (toast,) = app.screen.query(Toast)
+        shown = toast.render()
+        assert isinstance(shown, Content)
+        assert "[@click=app.quit]x[/] [b]bold[/b]" in shown.plain
+        assert app.is_running
 
 
 async def test_R_relaunches_selected_job() -> None:

@@ -21,6 +21,7 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal
+from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 
@@ -33,7 +34,7 @@ from gpuroom.tui.gate_screen import GateScreen
 from gpuroom.tui.messages import HostChanged, HostSelected, JobSelected
 from gpuroom.tui.model import HostState
 from gpuroom.tui.outputs import result_lines
-from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.sanitize import inert, sanitize_line
 from gpuroom.tui.screens import (
     KEYS,
     AddJobRequest,
@@ -163,6 +164,26 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every toast is plain, inert text, whoever asks (widgets pass markup=True).
+
+        Messages quote the box: its stderr, a job's name, a path. As markup, "[/]" in them
+        raises and "[@click=app.quit]" becomes an action the user might click; raw, an escape
+        sequence would reach the terminal.
+        """
+        del markup
+        lines = (inert(line) for line in message.split("\n"))
+        super().notify("\n".join(lines), title=inert(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     # ------------------------------------------------------------------ layout
 
