@@ -220,3 +220,31 @@ def test_last_words_is_one_safe_line_of_the_tail() -> None:
 )
 def test_exec_failure_quotes_stderr_inert(rc: int | None, stderr: bytes, said: str) -> None:
     assert ExecResult(rc, b"", stderr).failure() == said
+
+
+# ------------------------------------------------------------------ the CLI's rich tables
+
+HOSTILE = "x\x1b]52;c;ZXZpbA==\x07\x1b[2J[/]y"
+
+
+def assert_terminal_safe(out: str) -> None:
+    assert "\x1b" not in out and "\x07" not in out, repr(out)
+    assert "[/]" in out  # shown as text, not read as markup (which would raise)
+
+
+def test_cli_tables_print_the_box_text_inert(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuroom.tui.cli import _print_table
+    from gpuroom.tui.clock import ClockItem
+    from gpuroom.tui.doctor import Finding
+    from gpuroom.tui.doctor_cmd import _print
+    from gpuroom.tui.model import HostState
+    from gpuroom.tui.queue_cmd import _print_jobs
+
+    _print_table([HostState(name="box", error=HOSTILE),
+                  HostState(name="up", snapshot={"host": {"hostname": HOSTILE}})])
+    _print([Finding("U1", "critical", "box", HOSTILE, HOSTILE, HOSTILE)],
+           [ClockItem("box", "idle", "warn", HOSTILE, 60.0)])
+    _print_jobs({"queue": "default", "jobs": [
+        {"id": HOSTILE, "name": HOSTILE, "state": HOSTILE, "attempts": [], "argv": [HOSTILE],
+         "slurm_id": 7, "slurm_state": "PENDING", "reason": HOSTILE}]})
+    assert_terminal_safe(capsys.readouterr().out)

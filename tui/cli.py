@@ -17,6 +17,7 @@ from . import config as cfg
 from .fleet import Fleet, Recorder
 from .link import LinkError
 from .model import HostState, LinkState
+from .sanitize import inert
 from .view import disk_rows
 
 EXIT_OK = 0
@@ -45,6 +46,7 @@ def _worst_disk(snapshot: dict[str, Any]) -> tuple[float | None, float | None]:
 def _print_table(states: list[HostState]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="gpuroom status")
     for col in ("host", "state", "hostname", "uptime", "GPUs", "disk %", "inode %", "error"):
@@ -57,13 +59,13 @@ def _print_table(states: list[HostState]) -> None:
         table.add_row(
             s.name,
             s.state.value.upper(),
-            str(host.get("hostname") or "-"),
+            Text(inert(str(host.get("hostname") or "-"))),
             f"{uptime / 3600:.1f}h" if uptime else "-",
             str(len(snap.get("gpus") or [])) if snap else "-",
             f"{b:.0f}" if b is not None else "-",
             f"{i:.0f}" if i is not None else "-",
-            # Remote text: rich markup in an error must not style the table.
-            (s.error or "")[:120],
+            # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
+            Text(inert(s.error or "")[:120]),
         )
     Console().print(table)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .sanitize import inert
+
 
 def _int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -27,7 +29,7 @@ def slurm_summary(job: Mapping[str, Any]) -> str:
     restarts = _int(job.get("restarts"))
     if restarts:
         parts.append(f"requeued x{restarts}")
-    return " ".join(parts)
+    return inert(" ".join(parts))  # the reason and node are Slurm's text, from the box
 
 
 def queue_backend(profile: str | None) -> str:
