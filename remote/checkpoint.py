@@ -390,6 +390,29 @@ def _tensor_bytes(obj: Any) -> Tuple[int, int]:
     return len(seen), sum(storages.values())
 
 
+_pinning = {"refused": False}  # the first refusal is warned about once, then not retried
+
+
+def _staging_buffer(src: Any) -> Any:
+    """A CPU tensor to hold ``src`` from one async save to the next.
+
+    Page-locked when ``src`` is on a CUDA device: a copy into pageable memory goes through the
+    driver's bounce buffer at a fraction of the bus's speed, and that copy is all the time an
+    async save blocks the loop. Locked memory can be refused (a container's limit, a host
+    short of it); the save then stages in pageable memory, slower but the same bytes.
+    """
+    import torch
+
+    if src.device.type == "cuda" and not _pinning["refused"]:
+        try:
+            return torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=True)
+        except RuntimeError as exc:
+            _pinning["refused"] = True
+            _warn(f"page-locked staging memory refused ({exc}); async saves stage in pageable "
+                  "memory, which blocks the loop longer")
+    return torch.empty(src.shape, dtype=src.dtype, device="cpu")
+
+
 def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...], Any],
                   memo: Dict[int, Any], copies: List[Tuple[Any, Any]]) -> Any:
     """A deep copy of ``obj`` whose tensors live in CPU memory, for a background write.
@@ -409,7 +432,7 @@ def _stage_to_cpu(obj: Any, key: Tuple[Any, ...], buffers: Dict[Tuple[Any, ...],
         if src.layout == torch.strided and not src.is_quantized:
             buf = buffers.get(key)
             if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
-                buf = torch.empty(src.shape, dtype=src.dtype, device="cpu")
+                buf = _staging_buffer(src)
                 buffers[key] = buf
             copies.append((buf, src))
             out = buf
@@ -461,8 +484,8 @@ def _copy_into_buffers(copies: List[Tuple[Any, Any]]) -> None:
     with one process per GPU) the training thread is still blocked for the copy at the
     memory bandwidth of several cores, and a thread the OS does not schedule only leaves its
     pieces to the others. Other
-    sources (CUDA, ...) are copied one tensor at a time; copy_ to pageable memory returns
-    only when the data has arrived.
+    sources (CUDA, ...) are copied one tensor at a time; a blocking copy_ returns only when
+    the data has arrived, into page-locked buffers at the bus's speed (``_staging_buffer``).
     """
     jobs: List[Tuple[Any, Any]] = []
     host_bytes = 0

@@ -451,6 +451,27 @@ def test_async_parallel_staging_copy_is_exact(tmp_path: Path,
     assert "MainThread" in threads_used  # the caller copies too; helpers may take pieces
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device (page-locked staging is for device state)")
+def test_async_save_of_cuda_state_stages_in_page_locked_memory(tmp_path: Path) -> None:
+    device = torch.device("cuda", 0)
+    model = _weights_filled(1.0, 512).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 512, device=device)).sum().backward()
+    opt.step()
+    saved = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    ck = Checkpointer(tmp_path)
+    ck.save(1, model=model, optimizer=opt, block=False)
+    with torch.no_grad():  # the next step runs on the device while the writer works
+        model.weight.fill_(-7.0)
+    ck.wait()
+    staged = [b for b in ck._staging.values() if isinstance(b, torch.Tensor)]
+    assert staged and all(b.is_pinned() for b in staged)
+    fresh = _weights_filled(0.0, 512)
+    assert Checkpointer(tmp_path).load_latest(model=fresh) is not None
+    _assert_tree_equal(saved, fresh.state_dict())
+
+
 def test_at_most_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     active, peak = [0], [0]
     guard = threading.Lock()
