@@ -30,26 +30,37 @@ def run(*argv: str) -> int:
     return int(args.func(args))
 
 
+def hosts_toml(sshd_box: Any, tmp_path: Path) -> Path:
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
+                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    return config
+
+
+def run_job_to_the_end(config: Path, code: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """Queue ``python3 -c code`` on the box; its id once it has succeeded."""
+    assert run("--config", str(config), "queue", "add", "box", "--", "python3", "-c",
+               code) == 0
+    deadline = time.monotonic() + 60
+    while True:
+        capsys.readouterr()
+        assert run("--config", str(config), "queue", "ls", "box", "--json") == 0
+        jobs = json.loads(capsys.readouterr().out)["jobs"]
+        if jobs and jobs[0]["state"] in ("succeeded", "failed"):
+            break
+        assert time.monotonic() < deadline, jobs
+        time.sleep(0.3)
+    assert jobs[0]["state"] == "succeeded", jobs
+    return str(jobs[0]["id"])
+
+
 def test_gate_closed_until_pulled_then_safe(sshd_box: Any, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    config = hosts_toml(sshd_box, tmp_path)
     try:
-        assert run("--config", str(config), "queue", "add", "box", "--", "python3", "-c",
-                   JOB) == 0
-        deadline = time.monotonic() + 60
-        while True:
-            capsys.readouterr()
-            assert run("--config", str(config), "queue", "ls", "box", "--json") == 0
-            jobs = json.loads(capsys.readouterr().out)["jobs"]
-            if jobs and jobs[0]["state"] == "succeeded":
-                break
-            assert time.monotonic() < deadline, jobs
-            time.sleep(0.3)
-        jid = jobs[0]["id"]
+        jid = run_job_to_the_end(config, JOB, capsys)
         assert run("--config", str(config), "gate", "box", "--json") == EXIT_NOT_SAFE
         closed = json.loads(capsys.readouterr().out)
         assert next(i["name"] for i in closed["items"] if not i["ok"]) == \
@@ -74,23 +85,9 @@ def test_pull_report_of_a_hostile_file_name_is_inert(
         sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    config = hosts_toml(sshd_box, tmp_path)
     try:
-        assert run("--config", str(config), "queue", "add", "box", "--", "python3", "-c",
-                   EVIL_JOB) == 0
-        deadline = time.monotonic() + 60
-        while True:
-            capsys.readouterr()
-            assert run("--config", str(config), "queue", "ls", "box", "--json") == 0
-            jobs = json.loads(capsys.readouterr().out)["jobs"]
-            if jobs and jobs[0]["state"] in ("succeeded", "failed"):
-                break
-            assert time.monotonic() < deadline, jobs
-            time.sleep(0.3)
-        assert jobs[0]["state"] == "succeeded", jobs
-        jid = jobs[0]["id"]
+        jid = run_job_to_the_end(config, EVIL_JOB, capsys)
         for argv in (["pull", "box", "--to", str(tmp_path / "p")], ["gate", "box"]):
             run("--config", str(config), *argv)
             captured = capsys.readouterr()
