@@ -60,12 +60,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # mypy cannot follow setuptools' editable finder (gpuroom.tui -> tui/), so it would type every
-# gpuroom.* import as Any; a link tree under build/ gives it the installed layout.
+# gpuroom.* import as Any; a link tree under build/ gives it the installed layout. The benches
+# are jump-host code too: a second run, since mypy takes packages or files, not both.
 TYPECHECK_TREE := build/typecheck/gpuroom
 typecheck: $(STAMP)
 	@mkdir -p $(TYPECHECK_TREE)
 	@for d in tui widgets profiles remote; do ln -sfn ../../../$$d $(TYPECHECK_TREE)/$$d; done
 	MYPYPATH=build/typecheck $(VENV)/bin/mypy -p gpuroom.tui -p gpuroom.widgets -p gpuroom.profiles
+	MYPYPATH=build/typecheck $(VENV)/bin/mypy bench/*.py
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)

@@ -16,6 +16,7 @@ method's dirty pages are not written back on the next method's clock.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import random
@@ -27,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 from torch import nn
@@ -148,12 +150,8 @@ class Bench:
 
     def sync(self, writeback: bool = True) -> None:
         if not writeback:
-            real_range = ckmod._sync_file_range
-            ckmod._sync_file_range = lambda: None  # type: ignore[assignment]
-            try:
+            with mock.patch.object(ckmod, "_sync_file_range", lambda: None):
                 self.record("sync, no early write-back", timed(self._sync_save))
-            finally:
-                ckmod._sync_file_range = real_range  # type: ignore[assignment]
             self.ck.wait()
             os.sync()
             return
@@ -180,13 +178,11 @@ class Bench:
             real_fsync(fd)
             fsyncs.append(time.perf_counter() - t)
 
-        torch.save, os.fsync = save_timed, fsync_timed  # type: ignore[assignment]
-        try:
+        with mock.patch.object(torch, "save", save_timed), \
+                mock.patch.object(os, "fsync", fsync_timed):
             start = time.perf_counter()
             self.ck.save(self.step, model=self.model, optimizer=self.opt)
             total = time.perf_counter() - start
-        finally:
-            torch.save, os.fsync = real_save, real_fsync  # type: ignore[assignment]
         self.record("sync", total)
         self.record("sync: torch.save", spent["torch.save"])
         self.record("sync: fsync(file)", fsyncs[0])
@@ -199,15 +195,11 @@ class Bench:
 
     def async_(self, one_thread: bool = False) -> None:
         self.step += 1
-        real_threads = ckmod._copy_threads
-        if one_thread:
-            ckmod._copy_threads = lambda: 1  # type: ignore[assignment]
-        try:
+        threads = mock.patch.object(ckmod, "_copy_threads", lambda: 1)
+        with threads if one_thread else contextlib.nullcontext():
             start = time.perf_counter()
             self.ck.save(self.step, model=self.model, optimizer=self.opt, block=False)
             blocked = time.perf_counter() - start
-        finally:
-            ckmod._copy_threads = real_threads  # type: ignore[assignment]
         if self.first_async != self.first_async:  # NaN: this is the first async save
             self.first_async = blocked
         self.record("async, 1 copy thread" if one_thread else "async", blocked)

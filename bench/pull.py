@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -179,6 +180,7 @@ class SftpCounter:
     def __init__(self) -> None:
         self.count = 0
         self._orig = link_mod._SftpSource.read_at
+        self._patch: Any = None
 
     def __enter__(self) -> SftpCounter:
         orig = self._orig
@@ -188,11 +190,12 @@ class SftpCounter:
             self.count += len(data)
             return data
 
-        link_mod._SftpSource.read_at = counting  # type: ignore[method-assign]
+        self._patch = mock.patch.object(link_mod._SftpSource, "read_at", counting)
+        self._patch.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        link_mod._SftpSource.read_at = self._orig  # type: ignore[method-assign]
+        self._patch.stop()
 
 
 def gpuroom_interrupted(b: Bench, how: str, method: str) -> dict[str, Any]:
