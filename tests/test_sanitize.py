@@ -10,7 +10,6 @@ from gpuroom.tui.sanitize import (
     LineSplitter,
     display_line,
     display_lines,
-    inert,
     last_words,
     sanitize_line,
     strip_escapes,
@@ -57,6 +56,8 @@ ESC = "\x1b"
         ("\u2066iso\u2069", "iso"),
         # Plain text, including non-ASCII, passes untouched.
         ("loss 2.31 — ünïcødé 日本 ✓", "loss 2.31 — ünïcødé 日本 ✓"),
+        # A field rather than a line (a job name, a path): a newline in it is dropped.
+        ("two\nlines", "twolines"),
     ],
 )
 def test_sanitize_line_removes_every_control(raw: str, shown: str) -> None:
@@ -187,21 +188,6 @@ def test_splitter_keep_returns_the_tail_of_what_feed_returns(seed: int) -> None:
         every = full.feed(chunk)
         assert kept.feed(chunk, keep=keep) == (every[-keep:] if keep else [])
     assert kept.flush() == full.flush()
-
-
-@pytest.mark.parametrize(
-    ("raw", "shown"),
-    [
-        ("plain job name", "plain job name"),
-        ("two\nlines", "twolines"),
-        ("mount \x1b]52;c;ZXZpbA==\x07point", "mount point"),
-        ("\x1b[2Jcleared", "cleared"),
-        ("abc\u202edef", "abcdef"),
-        ("progress 10%\rprogress 90%", "progress 90%"),
-    ],
-)
-def test_inert_field(raw: str, shown: str) -> None:
-    assert inert(raw) == shown
 
 
 def test_last_words_is_one_safe_line_of_the_tail() -> None:

@@ -34,7 +34,7 @@ from gpuroom.tui.gate_screen import GateScreen
 from gpuroom.tui.messages import HostChanged, HostSelected, JobSelected
 from gpuroom.tui.model import HostState
 from gpuroom.tui.outputs import result_lines
-from gpuroom.tui.sanitize import inert, sanitize_line
+from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.screens import (
     KEYS,
     AddJobRequest,
@@ -181,8 +181,8 @@ class GpuroomApp(App[None]):
         sequence would reach the terminal.
         """
         del markup
-        lines = (inert(line) for line in message.split("\n"))
-        super().notify("\n".join(lines), title=inert(title), severity=severity,
+        lines = (sanitize_line(line) for line in message.split("\n"))
+        super().notify("\n".join(lines), title=sanitize_line(title), severity=severity,
                        timeout=timeout, markup=False)
 
     # ------------------------------------------------------------------ layout

@@ -17,7 +17,7 @@ from . import config as cfg
 from .fleet import Fleet, Recorder
 from .link import LinkError
 from .model import HostState, LinkState
-from .sanitize import inert
+from .sanitize import sanitize_line
 from .view import disk_rows
 
 EXIT_OK = 0
@@ -59,13 +59,13 @@ def _print_table(states: list[HostState]) -> None:
         table.add_row(
             s.name,
             s.state.value.upper(),
-            Text(inert(str(host.get("hostname") or "-"))),
+            Text(sanitize_line(str(host.get("hostname") or "-"))),
             f"{uptime / 3600:.1f}h" if uptime else "-",
             str(len(snap.get("gpus") or [])) if snap else "-",
             f"{b:.0f}" if b is not None else "-",
             f"{i:.0f}" if i is not None else "-",
             # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
-            Text(inert(s.error or "")[:120]),
+            Text(sanitize_line(s.error or "")[:120]),
         )
     Console().print(table)
 

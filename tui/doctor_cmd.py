@@ -20,7 +20,7 @@ from .clock import ClockItem, banner_lines, host_clocks
 from .doctor import Finding, diagnose
 from .fleet import Fleet
 from .model import HostState, LinkState
-from .sanitize import inert
+from .sanitize import sanitize_line
 from .watch import cached_profile
 
 EXIT_OK = 0
@@ -75,9 +75,9 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
         table.add_column(col)
     for f in findings:
         # Remote text (kernel lines, a process's own name in them, error messages): Text so
-        # it is not read as markup, inert so its escape sequences stay off the terminal.
-        table.add_row(f.severity, Text(f.host), f.id, Text(inert(f.title)), Text(inert(f.seen)),
-                      Text(inert(f.fix)))
+        # it is not read as markup, sanitized so its escape sequences stay off the terminal.
+        table.add_row(f.severity, Text(f.host), f.id,
+                      *(Text(sanitize_line(x)) for x in (f.title, f.seen, f.fix)))
     if not findings:
         table.add_row("ok", "-", "-", "nothing wrong seen", "-", "-")
     console.print(table)
@@ -86,7 +86,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
         for col in ("sev", "host", "clock", "text"):
             ctable.add_column(col)
         for c in clocks:
-            ctable.add_row(c.severity, Text(c.host), c.kind, Text(inert(c.text)))
+            ctable.add_row(c.severity, Text(c.host), c.kind, Text(sanitize_line(c.text)))
         console.print(ctable)
 
 

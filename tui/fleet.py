@@ -19,7 +19,7 @@ from .config import Config, HostConfig
 from .link import HostLink, LinkError
 from .model import HostState, LinkState, Snapshot
 from .outputs import check_gate, pull_jobs, pull_root
-from .sanitize import inert
+from .sanitize import sanitize_line
 from .slurmview import queue_backend
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Fleet:
                 self._failures[name] += 1
                 state.polls_failed += 1
                 # Its text may quote the box (stderr, a disconnect reason): made inert once here.
-                state.error = inert(str(exc))
+                state.error = sanitize_line(str(exc))
                 age = state.age_s(self.clock())
                 if age is not None and age < self.config.settings.down_after_s:
                     state.state = LinkState.STALE

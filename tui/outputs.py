@@ -16,7 +16,7 @@ import platformdirs
 from .config import HostConfig
 from .gate import GateResult, evaluate, snapshot_jobs
 from .link import HostLink, LinkError
-from .sanitize import inert
+from .sanitize import sanitize_line
 from .transfer import Progress, PullResult, load_records, pull, take_manifest
 
 
@@ -87,7 +87,7 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
     """What a pull of one job did, a line per file, for the CLI and the room. Inert: file
     names, reasons and errors in them are the box's."""
     if not result.files and (result.manifest_reason or "").startswith("not a dir"):
-        return [inert(f"{jid}: nothing to pull ({result.manifest_reason})")]
+        return [sanitize_line(f"{jid}: nothing to pull ({result.manifest_reason})")]
     lines = [f"{jid}/{f.path}: {f.status}"
              f"{' by ' + f.verified_by if f.verified_by else ''}"
              f"{': ' + f.detail if f.detail else ''}" for f in result.files]
@@ -95,4 +95,4 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
         lines.append(f"{jid}: {result.note}")
     if not result.manifest_complete:
         lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
-    return [inert(line) for line in lines]
+    return [sanitize_line(line) for line in lines]

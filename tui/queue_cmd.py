@@ -17,7 +17,7 @@ from typing import Any
 from . import config as cfg
 from .fleet import Fleet
 from .link import ExecResult, LinkError
-from .sanitize import display_line, inert
+from .sanitize import display_line, sanitize_line
 from .slurmview import queue_backend, slurm_summary
 
 LOG_CHUNK_BYTES = 256 << 10
@@ -215,9 +215,9 @@ def _print_jobs(doc: dict[str, Any]) -> None:
             exit_text = f"sig {last['signal']}"
         duration = last.get("duration")
         # Text() keeps job-provided strings from being read as rich markup.
-        cells: list[Text | str] = [Text(inert(str(job.get("id")))),
-                 Text(inert(str(job.get("name") or ""))),
-                 Text(inert(str(job.get("state")))), str(len(attempts)), exit_text,
+        cells: list[Text | str] = [Text(sanitize_line(str(job.get("id")))),
+                 Text(sanitize_line(str(job.get("name") or ""))),
+                 Text(sanitize_line(str(job.get("state")))), str(len(attempts)), exit_text,
                  f"{duration:.1f}s" if isinstance(duration, (int, float)) else "-",
                  Text(display_line(" ".join(job.get("argv") or []).encode())[:60])]
         if slurm:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .fleetapi import StaticFleet
 from .model import HostState, LinkState, Snapshot
-from .sanitize import inert
+from .sanitize import sanitize_line
 
 # A gap longer than this in a recording (the recorder was stopped, the laptop slept) is not
 # waited out at --speed 1: the replay moves on after this long.
@@ -70,7 +70,7 @@ def _parse(path: Path, n: int, raw: str) -> Record:
         return float(value) if isinstance(value, (int, float)) else None
 
     return Record(t=t, host=host, profile=str(doc.get("profile") or "generic-ssh"), state=state,
-                  error=inert(doc["error"]) if isinstance(doc.get("error"), str) else None,
+                  error=sanitize_line(doc["error"]) if isinstance(doc.get("error"), str) else None,
                   snapshot=snapshot, price_per_hour=num("price_per_hour"),
                   rented_at=num("rented_at"))
 

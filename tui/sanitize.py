@@ -47,19 +47,15 @@ def sanitize_line(text: str) -> str:
 
     ``\\r`` is a line reset (progress bars redraw with it): what follows the last carriage
     return is what the user saw. A trailing ``\\r`` (CRLF endings) resets nothing.
+    Every other field the box wrote (a job name, a mount point, an error) is shown through
+    this too, its newlines dropped.
     """
+    if _UNSAFE.search(text) is None and "\n" not in text:
+        return text  # the common case: nothing in it that a step below would change
     text = strip_escapes(text).rstrip("\r\n")
     if "\r" in text:
         text = text.rsplit("\r", 1)[1]
     return _CONTROLS.sub("", text)
-
-
-def inert(text: str) -> str:
-    """One field the box wrote (a job name, a mount point, an error) as a terminal may show
-    it: sanitize_line, with newlines dropped too, skipped when nothing in it needs it."""
-    if _UNSAFE.search(text) is None and "\n" not in text:
-        return text
-    return sanitize_line(text)
 
 
 def last_words(raw: bytes, limit: int = 400) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .sanitize import inert
+from .sanitize import sanitize_line
 
 
 def _int(value: Any) -> int | None:
@@ -29,7 +29,7 @@ def slurm_summary(job: Mapping[str, Any]) -> str:
     restarts = _int(job.get("restarts"))
     if restarts:
         parts.append(f"requeued x{restarts}")
-    return inert(" ".join(parts))  # the reason and node are Slurm's text, from the box
+    return sanitize_line(" ".join(parts))  # the reason and node are Slurm's text, from the box
 
 
 def queue_backend(profile: str | None) -> str:

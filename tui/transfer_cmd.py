@@ -17,7 +17,7 @@ from . import config as cfg
 from .fleet import Fleet
 from .link import LinkError
 from .outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
-from .sanitize import inert
+from .sanitize import sanitize_line
 from .transfer import METHODS, Progress, PullError
 
 EXIT_NOT_SAFE = 5
@@ -103,7 +103,7 @@ async def _gate(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json()))
     else:
         for item in result.items:
-            print(f"[{'x' if item.ok else ' '}] {item.name}: {inert(item.detail)}")
+            print(f"[{'x' if item.ok else ' '}] {item.name}: {sanitize_line(item.detail)}")
         print(f"{args.host}: " + ("safe to stop" if result.safe else "NOT safe to stop"))
     return 0 if result.safe else EXIT_NOT_SAFE
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuroom.tui.model import HostState, LinkState, Snapshot
-from gpuroom.tui.sanitize import inert
+from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.slurmview import slurm_summary
 
 Level = Literal["ok", "warn", "crit"]
@@ -86,7 +86,7 @@ def _int(value: Any) -> int | None:
 def _str(value: Any) -> str:
     """A snapshot field as display text. The snapshot is the box's: a job name, a mount point
     or an error in it may carry escape sequences, and none of them reaches a pane."""
-    return "" if value is None else inert(str(value))
+    return "" if value is None else sanitize_line(str(value))
 
 
 def worst(*levels: Level) -> Level:
@@ -490,7 +490,7 @@ def _newest_checkpoint_mtime(j: Mapping[str, Any]) -> float | None:
 def _command(j: Mapping[str, Any]) -> str:
     argv = _get(j, "argv")
     if isinstance(argv, list):
-        return inert(shlex.join(str(a) for a in argv))
+        return sanitize_line(shlex.join(str(a) for a in argv))
     return _str(_get(j, "command", "cmd"))
 
 
