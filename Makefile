@@ -76,7 +76,7 @@ bench: $(STAMP)
 	$(PY) bench/poll.py
 
 screenshots: $(STAMP)
-	$(PY) -m gpuroom.tui.screenshots screenshots
+	$(PY) -m gpuroom.tui.room.screenshots screenshots
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

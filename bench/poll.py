@@ -26,7 +26,7 @@ os.environ.setdefault("GPUROOM_TEST_USER", "gpuroombench")
 from _report import machine, write_section  # noqa: E402
 
 from gpuroom.tui.config import HostConfig  # noqa: E402
-from gpuroom.tui.link import HostLink  # noqa: E402
+from gpuroom.tui.transport.link import HostLink  # noqa: E402
 from tests.harness.netns import jump_topology  # noqa: E402
 from tests.harness.netns import missing_requirements as netns_missing  # noqa: E402
 from tests.harness.sshd import ClientIdentity, SshdBox, ensure_test_user  # noqa: E402

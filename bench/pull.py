@@ -38,10 +38,10 @@ os.environ.setdefault("GPUROOM_TEST_USER", "gpuroombench")
 
 from _report import machine, write_section  # noqa: E402
 
-import gpuroom.tui.link as link_mod  # noqa: E402
+import gpuroom.tui.transport.link as link_mod  # noqa: E402
 from gpuroom.tui.config import HostConfig  # noqa: E402
-from gpuroom.tui.link import HostLink, LinkError  # noqa: E402
-from gpuroom.tui.transfer import Progress, pull  # noqa: E402
+from gpuroom.tui.transport.link import HostLink, LinkError  # noqa: E402
+from gpuroom.tui.transport.pull import Progress, pull  # noqa: E402
 from tests.harness.sshd import ClientIdentity, SshdBox, ensure_test_user  # noqa: E402
 
 MB = 1e6

@@ -117,9 +117,9 @@ async def measure_pane(rounds: int, chunk_kib: int) -> dict[str, Any]:
     from textual.widgets import Log
 
     from gpuroom.tui import sanitize
-    from gpuroom.tui.app import GpuroomApp
-    from gpuroom.tui.fleetapi import StaticFleet
-    from gpuroom.tui.view import LogChunk
+    from gpuroom.tui.fleet.api import StaticFleet
+    from gpuroom.tui.present.view import LogChunk
+    from gpuroom.tui.room.app import GpuroomApp
     from gpuroom.widgets.logtail import LogTail
 
     data, _, _ = fleet_data(5)
@@ -179,9 +179,9 @@ async def measure(variant: str, *, n_hosts: int, seconds: float, rate_mb: float,
     time.tzset()
     from textual import events
 
-    from gpuroom.tui.app import GpuroomApp
-    from gpuroom.tui.fleetapi import StaticFleet
-    from gpuroom.tui.view import advance_log as real_advance
+    from gpuroom.tui.fleet.api import StaticFleet
+    from gpuroom.tui.present.view import advance_log as real_advance
+    from gpuroom.tui.room.app import GpuroomApp
     from gpuroom.widgets import logtail
     from gpuroom.widgets.hosts import HostsTable
 
@@ -516,7 +516,7 @@ What made the difference (cProfile): the first cut of the room did O(hosts) work
 poll (all 200 host rows rebuilt, the DataTable cleared and refilled, the danger clocks of every
 host recomputed), so 200 hosts polled every 5 s wanted more CPU than the loop had; measured
 by this bench at 3c8dbff's parent, on a machine loaded to 5.5 on 2 cores: key p95 1184 ms, log
-3.4 MB/s, stalls of 1.4 s. Now (tui/app.py, widgets/rowtable.py): with more than 20 hosts the
+3.4 MB/s, stalls of 1.4 s. Now (tui/room/app.py, widgets/rowtable.py): with more than 20 hosts the
 hosts table, banner and alerts are redrawn at most every 0.5 s; tables update only the cells
 that changed; the doctor sees each poll of one host, not the fleet; a snapshot's log chunk is
 decoded once however often the panes redraw; and the log pane sanitizes a chunk in one pass,

@@ -1,7 +1,7 @@
 """`gpuroom profiles` and `gpuroom profiles show NAME [--json]`.
 
-tui/cli.py calls ``add_cli(sub)`` with its subparsers; each verb sets ``func(args) -> int``.
-Exit codes follow tui/cli.py: 0 ok, 2 unknown profile or a profile file that does not validate.
+tui/cli/main.py calls ``add_cli(sub)`` with its subparsers; each verb sets ``func(args) -> int``.
+Exit codes follow tui/cli/main.py: 0 ok, 2 unknown profile or a profile file that does not validate.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The helper that runs on the GPU box: standard library only, Python 3.8+.
 
-It is shipped as a zipapp (see gpuroom.tui.helper_build) and answers every question the
+It is shipped as a zipapp (see gpuroom.tui.transport.helper_build) and answers every question the
 jump host asks with one JSON document.
 """
 

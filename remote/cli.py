@@ -1,6 +1,6 @@
 """``gpuroom-remote``: the helper's subcommands. Every remote action is one of these.
 
-The jump host calls them with an argv list quoted once (gpuroom.tui.link); no shell
+The jump host calls them with an argv list quoted once (gpuroom.tui.transport.link); no shell
 pipelines travel over SSH.
 """
 

@@ -14,9 +14,9 @@ from textual.content import Content
 from textual.widgets import Input
 from textual.widgets._toast import Toast
 
-from gpuroom.tui.app import GpuroomApp
-from gpuroom.tui.fleetapi import FleetError, StaticFleet
-from gpuroom.tui.screens import AddJobScreen, ConfirmScreen, HelpScreen
+from gpuroom.tui.fleet.api import FleetError, StaticFleet
+from gpuroom.tui.room.app import GpuroomApp
+from gpuroom.tui.room.screens import AddJobScreen, ConfirmScreen, HelpScreen
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.gpu import GpuPanel
 from gpuroom.widgets.hosts import HostsTable

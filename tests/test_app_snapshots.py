@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gpuroom.tui.app import GpuroomApp
-from gpuroom.tui.fleetapi import StaticFleet
+from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.room.app import GpuroomApp
 
 os.environ["TZ"] = "UTC"
 time.tzset()

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "doctor"))
 import build_recordings as rec
 
 from gpuroom.profiles import load_profile
-from gpuroom.tui.clock import IdleTracker, banner_lines, host_clocks, walltime_left
+from gpuroom.tui.rules.clock import IdleTracker, banner_lines, host_clocks, walltime_left
 
 T = rec.T0
 

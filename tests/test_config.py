@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuroom.tui import config as cfg
-from gpuroom.tui.cli import main
+from gpuroom.tui.cli.main import main
 
 
 def write(tmp_path: Path, text: str) -> Path:

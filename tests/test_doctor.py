@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data" / "doctor"))
 import build_recordings as rec
 
-from gpuroom.tui.doctor import diagnose
 from gpuroom.tui.model import LinkState
+from gpuroom.tui.rules.doctor import diagnose
 
 T = rec.T0
 

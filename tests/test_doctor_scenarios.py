@@ -1,6 +1,6 @@
 """Issue 7's "done when": replaying each recording gives exactly its finding and banner line.
 
-Recordings are JSON lines as tui/fleet.py's Recorder writes them, built by
+Recordings are JSON lines as tui/fleet/live.py's Recorder writes them, built by
 tests/data/doctor/build_recordings.py from the real probe and fixture captures. The replay
 feeds the doctor the previous good snapshot per host, the way the room does; time is each
 line's own "t", never the wall clock.
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from gpuroom.profiles import ProfileError, load_profile
-from gpuroom.tui.clock import ClockItem, IdleTracker, banner_lines, host_clocks
-from gpuroom.tui.doctor import Finding, diagnose
 from gpuroom.tui.model import LinkState
+from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
+from gpuroom.tui.rules.doctor import Finding, diagnose
 
 DATA = Path(__file__).parent / "data" / "doctor"
 PRICE = {"h100-a": 2.49, "idle-box": 2.49, "a10-c": 0.76}

@@ -20,8 +20,9 @@ import pytest
 
 from gpuroom.profiles import load_profile
 from gpuroom.remote import queue_slurm
-from gpuroom.tui.clock import ClockItem, banner_lines, host_clocks
-from gpuroom.tui.doctor import (
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
+from gpuroom.tui.rules.doctor import (
     FIX,
     Finding,
     diagnose,
@@ -30,8 +31,7 @@ from gpuroom.tui.doctor import (
     vanished_findings,
     walltime_left,
 )
-from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.watch import FleetWatch
+from gpuroom.tui.rules.watch import FleetWatch
 
 DATA = Path(__file__).parent / "data" / "slurm" / "session.jsonl"
 LINES: list[dict[str, Any]] = [json.loads(raw) for raw in DATA.read_text().splitlines()]

@@ -25,7 +25,7 @@ import pytest
 import tomli_w
 from harness.tmux import ScreenTimeout, TmuxPane, find_tmux
 
-from gpuroom.tui.cli import main
+from gpuroom.tui.cli.main import main
 
 pytestmark = [
     pytest.mark.sshd,

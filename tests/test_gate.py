@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuroom.tui.gate import evaluate
+from gpuroom.tui.rules.gate import evaluate
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet import Fleet, backoff_delay, iter_jobs
-from gpuroom.tui.helper_build import build_bytes, helper_archive
-from gpuroom.tui.link import HostLink, LinkError, cut_to
+from gpuroom.tui.fleet.live import Fleet, backoff_delay, iter_jobs
 from gpuroom.tui.model import LinkState
+from gpuroom.tui.transport.helper_build import build_bytes, helper_archive
+from gpuroom.tui.transport.link import HostLink, LinkError, cut_to
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_backoff_is_capped_and_jittered() -> None:
 
 
 def test_probe_cli_on_local(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuroom.tui.cli import main
+    from gpuroom.tui.cli.main import main
 
     assert main(["--config", str(home / "none.toml"), "probe", "local", "--compact"]) == 0
     doc = json.loads(capsys.readouterr().out)

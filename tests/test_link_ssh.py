@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gpuroom.tui.cli import main
+from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import Config, HostConfig, Settings
-from gpuroom.tui.fleet import Fleet
-from gpuroom.tui.link import HostKeyError, HostLink, LinkError, SshTransport
+from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.model import LinkState
+from gpuroom.tui.transport.link import HostKeyError, HostLink, LinkError, SshTransport
 
 pytestmark = pytest.mark.sshd
 

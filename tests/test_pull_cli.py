@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import tomli_w
 
-from gpuroom.tui.queue_cmd import add_cli as add_queue_cli
-from gpuroom.tui.transfer_cmd import EXIT_NOT_SAFE, add_cli
+from gpuroom.tui.cli.pull import EXIT_NOT_SAFE, add_cli
+from gpuroom.tui.cli.queue import add_cli as add_queue_cli
 
 pytestmark = pytest.mark.sshd
 
@@ -20,7 +20,7 @@ JOB = "import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'w.bin'),'wb')
 
 
 def run(*argv: str) -> int:
-    # tui/cli.py wires add_cli in the integrator's change; build the same parser here.
+    # tui/cli/main.py wires add_cli in the integrator's change; build the same parser here.
     parser = argparse.ArgumentParser()
     parser.add_argument("--config")
     sub = parser.add_subparsers(dest="command")

@@ -366,7 +366,7 @@ def test_reboot_hook_needs_crontab_and_is_idempotent(box: Box, tmp_path: Path) -
 
 
 def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
-    from gpuroom.tui.doctor import job_findings
+    from gpuroom.tui.rules.doctor import job_findings
 
     doc = box.json("add", "--no-start", "--vram-mib", "40000", "--gpus", "1", "--", "true")
     jobs = box.json("ls")["jobs"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from gpuroom.tui.cli import main
+from gpuroom.tui.cli.main import main
 
 pytestmark = pytest.mark.sshd
 

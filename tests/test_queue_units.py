@@ -174,8 +174,8 @@ def test_collect_reports_queues_logs_and_checkpoints(tmp_path: Path) -> None:
 ])
 def test_queue_add_options_after_host_are_options(cli: list[str], name: str | None,
                                                   retries: int, argv: list[str]) -> None:
-    from gpuroom.tui.cli import build_parser
-    from gpuroom.tui.queue_cmd import job_argv
+    from gpuroom.tui.cli.main import build_parser
+    from gpuroom.tui.cli.queue import job_argv
 
     args = build_parser().parse_args(cli)
     assert job_argv(args) == argv

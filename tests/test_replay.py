@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import tomli_w
 
-from gpuroom.tui.cli import main
+from gpuroom.tui.cli.main import main
+from gpuroom.tui.fleet.replay import MAX_WAIT_S, RecordingError, ReplayFleet, load_recording
 from gpuroom.tui.model import LinkState
-from gpuroom.tui.replay import MAX_WAIT_S, RecordingError, ReplayFleet, load_recording
 
 DOCTOR = Path(__file__).parent / "data" / "doctor"
 

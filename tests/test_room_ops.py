@@ -18,13 +18,13 @@ import tomli_w
 from textual.widgets import Input
 
 from gpuroom.tui import config as cfg
-from gpuroom.tui.app import GpuroomApp
-from gpuroom.tui.findings_screen import FindingsScreen
-from gpuroom.tui.fleet import Fleet
-from gpuroom.tui.gate import GateItem, GateResult
-from gpuroom.tui.gate_screen import GateScreen
-from gpuroom.tui.replay import ReplayFleet, load_recording
-from gpuroom.tui.transfer import FileResult, Progress, PullResult
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
+from gpuroom.tui.room.app import GpuroomApp
+from gpuroom.tui.room.findings_screen import FindingsScreen
+from gpuroom.tui.room.gate_screen import GateScreen
+from gpuroom.tui.rules.gate import GateItem, GateResult
+from gpuroom.tui.transport.pull import FileResult, Progress, PullResult
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.queue import QueueTable

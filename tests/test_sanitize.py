@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuroom.tui.link import ExecResult
 from gpuroom.tui.sanitize import (
     MAX_DISPLAY_CHARS,
     LineSplitter,
@@ -15,6 +14,7 @@ from gpuroom.tui.sanitize import (
     strip_escapes,
     truncate_display,
 )
+from gpuroom.tui.transport.link import ExecResult
 
 ESC = "\x1b"
 
@@ -219,12 +219,12 @@ def assert_terminal_safe(out: str) -> None:
 
 
 def test_cli_tables_print_the_box_text_inert(capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuroom.tui.cli import _print_table
-    from gpuroom.tui.clock import ClockItem
-    from gpuroom.tui.doctor import Finding
-    from gpuroom.tui.doctor_cmd import _print
+    from gpuroom.tui.cli.doctor import _print
+    from gpuroom.tui.cli.main import _print_table
+    from gpuroom.tui.cli.queue import _print_jobs
     from gpuroom.tui.model import HostState
-    from gpuroom.tui.queue_cmd import _print_jobs
+    from gpuroom.tui.rules.clock import ClockItem
+    from gpuroom.tui.rules.doctor import Finding
 
     _print_table([HostState(name="box", error=HOSTILE),
                   HostState(name="up", snapshot={"host": {"hostname": HOSTILE}})])

@@ -1,4 +1,4 @@
-"""`make screenshots` (tui/screenshots.py): real app, recorded scenarios, deterministic SVGs."""
+"""`make screenshots` (tui/room/screenshots.py): the real app, recorded scenarios, fixed SVGs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuroom.tui.screenshots import SHOTS, Shot
+from gpuroom.tui.room.screenshots import SHOTS, Shot
 
 SVG = "{http://www.w3.org/2000/svg}"
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ MUST_SHOW = {
 
 def run_module(out: Path, *args: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "gpuroom.tui.screenshots", str(out), *args],
+        [sys.executable, "-m", "gpuroom.tui.room.screenshots", str(out), *args],
         check=True, cwd=ROOT, capture_output=True, timeout=120,
     )
 

@@ -25,9 +25,9 @@ import tomli_w
 from harness import slurm as slurm_harness
 
 from gpuroom.tui import config as cfg
-from gpuroom.tui.cli import main
-from gpuroom.tui.fleet import Fleet
-from gpuroom.tui.view import job_rows, log_chunk
+from gpuroom.tui.cli.main import main
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.view import job_rows, log_chunk
 
 pytestmark = pytest.mark.sshd
 

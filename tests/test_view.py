@@ -1,4 +1,4 @@
-"""tui/view.py: snapshot dicts -> display rows, tolerant of missing and odd fields."""
+"""tui/present/view.py: snapshot dicts -> display rows, tolerant of missing and odd fields."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.view import (
+from gpuroom.tui.present.view import (
     LogChunk,
     LogCursor,
     advance_log,

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.view import DiskRow, Level, fmt_bytes, fmt_count, fmt_pct
+from gpuroom.tui.present.view import DiskRow, Level, fmt_bytes, fmt_count, fmt_pct
 
 BAR_WIDTH = 8
 LEVEL_COLOR: dict[Level, str] = {"ok": "green", "warn": "yellow", "crit": "bold red"}

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.view import GpuRow, GpuView, sparkline
+from gpuroom.tui.present.view import GpuRow, GpuView, sparkline
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 

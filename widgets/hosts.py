@@ -7,8 +7,8 @@ from textual import on
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.messages import HostSelected
-from gpuroom.tui.view import HostRow, Level
+from gpuroom.tui.present.view import HostRow, Level
+from gpuroom.tui.room.messages import HostSelected
 from gpuroom.widgets.rowtable import RowTable
 
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}

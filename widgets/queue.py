@@ -7,8 +7,8 @@ from textual import on
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.messages import JobSelected
-from gpuroom.tui.view import JobRow, fmt_age
+from gpuroom.tui.present.view import JobRow, fmt_age
+from gpuroom.tui.room.messages import JobSelected
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"

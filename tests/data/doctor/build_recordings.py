@@ -5,7 +5,7 @@
 Every snapshot starts from ``probe-vm.json``: the real ``gpuroom.remote probe`` of the dev VM
 (no GPU). GPU, kernel, cgroup and disk values are taken from the captures under
 /work/shared/fixtures named next to each helper. Recordings are JSON lines in the format
-tui/fleet.py's Recorder writes. Deterministic: the same inputs write the same files.
+tui/fleet/live.py's Recorder writes. Deterministic: the same inputs write the same files.
 """
 
 from __future__ import annotations

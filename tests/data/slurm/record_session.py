@@ -5,8 +5,8 @@
 Starts the single-node test cluster of tests/harness/slurm.py, submits four jobs through the
 real queue CLI (``python -m gpuroom.remote queue add`` with the Slurm backend) and probes with
 ``gpuroom.remote.probe.ProbeSession`` (the very collector ``serve`` runs on a box), carrying
-the log cursors forward as tui/fleet.py does. Lines are in the format tui/fleet.py's Recorder
-writes, so ``gpuroom replay tests/data/slurm/session.jsonl`` plays the session in the room.
+the log cursors forward as tui/fleet/live.py does. Lines are in the format the fleet's
+Recorder writes, so ``gpuroom replay tests/data/slurm/session.jsonl`` plays the session in the room.
 
 The jobs (the node has 2 CPUs, so the last two wait at first):
 - ``resumable``: examples/train_resumable.py, 1-minute walltime, 50 s warning: it saves at

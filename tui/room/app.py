@@ -25,25 +25,10 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 
-from gpuroom.tui.clock import ClockItem, banner_lines, billed_seconds
-from gpuroom.tui.doctor import Finding
-from gpuroom.tui.findings_screen import FindingsScreen
-from gpuroom.tui.fleetapi import FleetAPI
-from gpuroom.tui.gate import GateResult
-from gpuroom.tui.gate_screen import GateScreen
-from gpuroom.tui.messages import HostChanged, HostSelected, JobSelected
+from gpuroom.tui.fleet.api import FleetAPI
+from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState
-from gpuroom.tui.outputs import result_lines
-from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.screens import (
-    KEYS,
-    AddJobRequest,
-    AddJobScreen,
-    ConfirmScreen,
-    HelpScreen,
-)
-from gpuroom.tui.transfer import Progress
-from gpuroom.tui.view import (
+from gpuroom.tui.present.view import (
     ENDED_JOB_STATES,
     HISTORY_LEN,
     Danger,
@@ -62,7 +47,22 @@ from gpuroom.tui.view import (
     pending_relaunch,
     still_pending,
 )
-from gpuroom.tui.watch import FleetWatch
+from gpuroom.tui.room.findings_screen import FindingsScreen
+from gpuroom.tui.room.gate_screen import GateScreen
+from gpuroom.tui.room.messages import HostChanged, HostSelected, JobSelected
+from gpuroom.tui.room.screens import (
+    KEYS,
+    AddJobRequest,
+    AddJobScreen,
+    ConfirmScreen,
+    HelpScreen,
+)
+from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
+from gpuroom.tui.rules.doctor import Finding
+from gpuroom.tui.rules.gate import GateResult
+from gpuroom.tui.rules.watch import FleetWatch
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
 from gpuroom.widgets.gpu import GpuPanel

@@ -1,7 +1,7 @@
 """A host's outputs: pull every job's checkpoint dir home and check the teardown gate.
 
 Shared by the CLI (`gpuroom pull`, `gpuroom gate`) and the room (keys P and T); the bytes
-move through tui/transfer.py over the host's link.
+move through tui/transport/pull.py over the host's link.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import platformdirs
 
-from .config import HostConfig
-from .gate import GateResult, evaluate, snapshot_jobs
-from .link import HostLink, LinkError
-from .sanitize import sanitize_line
-from .transfer import Progress, PullResult, load_records, pull, take_manifest
+from gpuroom.tui.config import HostConfig
+from gpuroom.tui.rules.gate import GateResult, evaluate, snapshot_jobs
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull, take_manifest
 
 
 def pull_root(host: HostConfig, to: str | None = None) -> Path:

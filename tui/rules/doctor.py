@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from gpuroom.profiles import Profile
-
-from .fleet import iter_jobs
-from .model import HostState, LinkState, Snapshot
+from gpuroom.tui.fleet.live import iter_jobs
+from gpuroom.tui.model import HostState, LinkState, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}

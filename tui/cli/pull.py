@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import config as cfg
-from .fleet import Fleet
-from .link import LinkError
-from .outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
-from .sanitize import sanitize_line
-from .transfer import METHODS, Progress, PullError
+import gpuroom.tui.config as cfg
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import LinkError
+from gpuroom.tui.transport.pull import METHODS, Progress, PullError
 
 EXIT_NOT_SAFE = 5
 PROGRESS_EVERY_S = 0.5

@@ -13,9 +13,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from .clock import ClockItem
-from .doctor import Finding
-from .sanitize import sanitize_line
+from gpuroom.tui.rules.clock import ClockItem
+from gpuroom.tui.rules.doctor import Finding
+from gpuroom.tui.sanitize import sanitize_line
 
 SEVERITY_STYLE = {"critical": "bold red", "warn": "bold yellow", "info": "cyan"}
 

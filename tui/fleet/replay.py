@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .fleetapi import StaticFleet
-from .model import HostState, LinkState, Snapshot
-from .sanitize import sanitize_line
+from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.sanitize import sanitize_line
 
 # A gap longer than this in a recording (the recorder was stopped, the laptop slept) is not
 # waited out at --speed 1: the replay moves on after this long.

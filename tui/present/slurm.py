@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .sanitize import sanitize_line
+from gpuroom.tui.sanitize import sanitize_line
 
 
 def _int(value: Any) -> int | None:

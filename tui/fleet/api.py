@@ -1,6 +1,6 @@
 """The interface the control room drives, and a static implementation of it.
 
-The real fleet (SSH links, polling) lives in ``tui/fleet.py``; the app only sees this
+The real fleet (SSH links, polling) lives in ``tui/fleet/live.py``; the app only sees this
 Protocol, so tests, ``replay`` and snapshot tests run the same UI against ``StaticFleet``.
 """
 
@@ -11,9 +11,9 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from gpuroom.tui.gate import GateResult
 from gpuroom.tui.model import HostState, LinkState, Snapshot
-from gpuroom.tui.transfer import Progress, PullResult
+from gpuroom.tui.rules.gate import GateResult
+from gpuroom.tui.transport.pull import Progress, PullResult
 
 
 class FleetError(Exception):

@@ -37,7 +37,8 @@ from typing import Any, Protocol
 
 import platformdirs
 
-from .link import (
+from gpuroom.tui.sanitize import last_words, sanitize_line
+from gpuroom.tui.transport.link import (
     CONNECT_TIMEOUT_S,
     PULL_READ_TIMEOUT_S,
     HostLink,
@@ -46,8 +47,7 @@ from .link import (
     RemoteFileError,
     cut_to,
 )
-from .openssh_sftp import OpenSshSftp, SessionUnavailable
-from .sanitize import last_words, sanitize_line
+from gpuroom.tui.transport.openssh_sftp import OpenSshSftp, SessionUnavailable
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on a laptop

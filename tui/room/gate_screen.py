@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from .gate import GateResult
-from .sanitize import sanitize_line
+from gpuroom.tui.rules.gate import GateResult
+from gpuroom.tui.sanitize import sanitize_line
 
 
 def checklist(result: GateResult) -> Table:

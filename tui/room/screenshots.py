@@ -1,6 +1,6 @@
 """SVG screenshots of the control room for the README: ``make screenshots``.
 
-    python -m gpuroom.tui.screenshots OUT_DIR [--only NAME ...] [--data DIR]
+    python -m gpuroom.tui.room.screenshots OUT_DIR [--only NAME ...] [--data DIR]
 
 Each picture is the real ``GpuroomApp`` on a ``StaticFleet`` loaded from a committed scenario
 recording (tests/data/scenario-*.json), drawn headless at a fixed terminal size. The clock is
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuroom.tui.app import GpuroomApp
-from gpuroom.tui.fleetapi import StaticFleet
+from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.room.app import GpuroomApp
 
-DEFAULT_DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def pin_timezone() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpuroom.tui.screenshots", description=__doc__.split("\n\n")[0]
+        prog="python -m gpuroom.tui.room.screenshots", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("out", type=Path, help="directory for the SVG files")
     parser.add_argument("--only", nargs="+", choices=[s.name for s in SHOTS], default=None,

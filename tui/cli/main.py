@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import config as cfg
-from .fleet import Fleet, Recorder
-from .link import LinkError
-from .model import HostState, LinkState
-from .sanitize import sanitize_line
-from .view import disk_rows
+import gpuroom.tui.config as cfg
+from gpuroom.tui.fleet.live import Fleet, Recorder
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.view import disk_rows
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import LinkError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -166,7 +166,7 @@ def cmd_room(args: argparse.Namespace) -> int:
     config = _load(args)
     recorder = Recorder(Path(args.record)) if args.record else None
     fleet = Fleet(config, recorder=recorder)
-    from .app import GpuroomApp
+    from gpuroom.tui.room.app import GpuroomApp
 
     GpuroomApp(fleet, bell=config.settings.bell,
                notify_command=config.settings.notify_command).run()
@@ -212,7 +212,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import RecordingError, ReplayFleet, load_recording
+    from gpuroom.tui.fleet.replay import RecordingError, ReplayFleet, load_recording
 
     if args.speed < 0:
         print("gpuroom replay: --speed must be >= 0 (0 = as fast as the screen takes it)",
@@ -224,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"gpuroom replay: {exc}", file=sys.stderr)
         return EXIT_USAGE
     fleet = ReplayFleet(records, speed=args.speed)
-    from .app import GpuroomApp
+    from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, clock=fleet.now)
     app.sub_title = f"replay of {args.file} at {args.speed:g}x"
@@ -279,16 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="X times real time (default 1; 0 = as fast as the screen takes it)")
     p.set_defaults(func=cmd_replay)
 
-    from .queue_cmd import add_cli as add_queue_cli
+    from gpuroom.tui.cli.queue import add_cli as add_queue_cli
 
     add_queue_cli(sub)
     from gpuroom.profiles.cli import add_cli as add_profiles_cli
 
     add_profiles_cli(sub)
-    from .doctor_cmd import add_cli as add_doctor_cli
+    from gpuroom.tui.cli.doctor import add_cli as add_doctor_cli
 
     add_doctor_cli(sub)
-    from .transfer_cmd import add_cli as add_transfer_cli
+    from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
     return parser

@@ -14,10 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
-
-from .clock import ClockItem, IdleTracker, banner_lines, host_clocks
-from .doctor import Finding, diagnose, sort_findings, vanished_findings
-from .model import HostState, LinkState, Snapshot
+from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
+from gpuroom.tui.rules.doctor import Finding, diagnose, sort_findings, vanished_findings
 
 # A remembered transition is dropped after this long even if never cleared.
 STICKY_S = 24 * 3600.0

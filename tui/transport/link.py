@@ -24,9 +24,9 @@ from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
-from .config import HostConfig, check_alias
-from .helper_build import HelperArchive, helper_archive
-from .sanitize import last_words, sanitize_line
+from gpuroom.tui.config import HostConfig, check_alias
+from gpuroom.tui.sanitize import last_words, sanitize_line
+from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
 CONNECT_TIMEOUT_S = 10.0
 LOGIN_TIMEOUT_S = 15.0

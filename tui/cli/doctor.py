@@ -13,15 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
-
-from . import config as cfg
-from .clock import ClockItem, banner_lines, host_clocks
-from .doctor import Finding, diagnose
-from .fleet import Fleet
-from .model import HostState, LinkState
-from .sanitize import sanitize_line
-from .watch import cached_profile
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
+from gpuroom.tui.rules.doctor import Finding, diagnose
+from gpuroom.tui.rules.watch import cached_profile
+from gpuroom.tui.sanitize import sanitize_line
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.present.slurm import slurm_summary
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.slurmview import slurm_summary
 
 Level = Literal["ok", "warn", "crit"]
 

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuroom.profiles import Profile
-
-from .doctor import (
+from gpuroom.tui.fleet.live import iter_jobs
+from gpuroom.tui.model import Snapshot
+from gpuroom.tui.rules.doctor import (
     SEVERITY_RANK,
     Finding,
     Severity,
@@ -27,9 +28,7 @@ from .doctor import (
     host_section,
     walltime_left,
 )
-from .fleet import iter_jobs
-from .model import Snapshot
-from .sanitize import sanitize_line, truncate_display
+from gpuroom.tui.sanitize import sanitize_line, truncate_display
 
 ACTIVE_STATES = ("launching", "running")
 FINAL_STATES = ("succeeded", "failed", "killed", "removed")

@@ -14,11 +14,11 @@ import sys
 import time
 from typing import Any
 
-from . import config as cfg
-from .fleet import Fleet
-from .link import ExecResult, LinkError
-from .sanitize import display_line, sanitize_line
-from .slurmview import queue_backend, slurm_summary
+import gpuroom.tui.config as cfg
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.slurm import queue_backend, slurm_summary
+from gpuroom.tui.sanitize import display_line, sanitize_line
+from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
 FOLLOW_INTERVAL_S = 1.0

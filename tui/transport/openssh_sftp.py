@@ -35,7 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from .link import (
+from gpuroom.tui.sanitize import last_words, sanitize_line
+from gpuroom.tui.transport.link import (
     PULL_BLOCK_BYTES,
     PULL_MAX_REQUESTS,
     PULL_READ_TIMEOUT_S,
@@ -43,7 +44,6 @@ from .link import (
     RemoteFileError,
     cut_to,
 )
-from .sanitize import last_words, sanitize_line
 
 # SFTP v3 packet types (draft-ietf-secsh-filexfer-02) and the status codes named in errors.
 _INIT, _VERSION, _OPEN, _CLOSE, _READ = 1, 2, 3, 4, 5

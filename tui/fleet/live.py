@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .config import Config, HostConfig
-from .link import HostLink, LinkError
-from .model import HostState, LinkState, Snapshot
-from .outputs import check_gate, pull_jobs, pull_root
-from .sanitize import sanitize_line
-from .slurmview import queue_backend
+from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
+from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.present.slurm import queue_backend
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
-    from .gate import GateResult
-    from .transfer import Progress, PullResult
+    from gpuroom.tui.rules.gate import GateResult
+    from gpuroom.tui.transport.pull import Progress, PullResult
 
 MAX_CONCURRENT_POLLS = 16
 BACKOFF_CAP_S = 60.0

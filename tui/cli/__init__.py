@@ -1,0 +1,1 @@
+"""Headless verbs: `gpuroom status|probe|hosts|queue|doctor|pull|gate|record|replay`."""

@@ -1,0 +1,1 @@
+"""The control room: the Textual app, its key table, screens and messages."""
