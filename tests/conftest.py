@@ -7,6 +7,10 @@ sshd_session    session: the same SshdBox without the per-test reset (started on
 jump_topology   function: root -> jump -> box in network namespaces (harness/netns.py
                 JumpTopology), reset like sshd_box; built once per session.
 ssh_identity    session: the test user gpuroomtest and the client key every harness sshd accepts.
+fixtures        session: the shared real captures (tests/paths.py FIXTURES); skips when absent.
+
+Tests mirror the code: unit/{tui,remote,profiles} (pure, no daemons), room/ (Pilot and
+snapshot tests of the app), system/ (the real sshd, tmux, rsync, Slurm and namespaces).
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ from harness import netns as netns_harness
 from harness import sshd as sshd_harness
 from harness.netns import JumpTopology, NetnsUnavailable
 from harness.sshd import ClientIdentity, SshdBox
+from paths import FIXTURES
+
+
+@pytest.fixture(scope="session")
+def fixtures() -> Path:
+    """The shared folder of real command captures; a test needing it skips without it."""
+    if not FIXTURES.is_dir():
+        pytest.skip(f"no fixtures at {FIXTURES} (set GPUROOM_FIXTURES)")
+    return FIXTURES
 
 
 @pytest.fixture(scope="session")

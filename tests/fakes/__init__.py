@@ -6,25 +6,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from paths import FIXTURES
 
 FAKES = Path(__file__).resolve().parent
 NVIDIA_SMI = FAKES / "nvidia-smi"
-_REPO = FAKES.parent.parent
-
-
-def _fixtures_dir() -> Path:
-    override = os.environ.get("GPUROOM_FIXTURES")
-    if override:
-        return Path(override)
-    for candidate in (_REPO / "shared" / "fixtures", _REPO.parent / "shared" / "fixtures"):
-        if candidate.is_dir():
-            return candidate
-    return _REPO.parent / "shared" / "fixtures"
-
-
-FIXTURES = _fixtures_dir()
 
 
 def split_capture(text: str) -> tuple[dict[str, str], str]:

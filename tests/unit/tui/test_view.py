@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import DATA
 
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.view import (
@@ -32,7 +32,6 @@ from gpuroom.tui.present.view import (
     still_pending,
 )
 
-DATA = Path(__file__).parent / "data"
 PROBE: dict[str, Any] = json.loads((DATA / "probe-vm.json").read_text())
 NOW = float(PROBE["host"]["time"]) + 30
 

@@ -6,7 +6,6 @@ import json
 import os
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from gpuroom.widgets.queue import QueueTable
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-DATA = Path(__file__).parent / "data"
+from paths import DATA  # noqa: E402  (after TZ is pinned, like the app's imports)
 
 
 class RecordingFleet(StaticFleet):

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import FIXTURES, ROOT
 
 from gpuroom.remote import kernel
 from gpuroom.remote.kernel import KernelLogParser, parse_kernel_log
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("GPUROOM_FIXTURES", str(ROOT.parent / "shared" / "fixtures")))
 FAKE_DMESG = ROOT / "tests" / "fakes" / "dmesg"
 
 

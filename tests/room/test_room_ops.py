@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from paths import DATA
 from textual.widgets import Input
 
 from gpuroom.tui import config as cfg
@@ -29,7 +30,7 @@ from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.queue import QueueTable
 
-DOCTOR = Path(__file__).parent / "data" / "doctor"
+DOCTOR = DATA / "doctor"
 
 
 async def finish(app: GpuroomApp, group: str) -> None:
@@ -255,7 +256,7 @@ async def test_P_then_T_against_the_real_box(sshd_box: Any, tmp_path: Path,
 async def test_slurm_queue_pane_shows_ids_states_and_reasons() -> None:
     """The recorded real-Slurm session: the queue pane grows a slurm column while jobs are
     pending with their reason, and the doctor explains the walltime kill."""
-    records = load_recording(Path(__file__).parent / "data" / "slurm" / "session.jsonl")
+    records = load_recording(DATA / "slurm" / "session.jsonl")
     pending_at = next(i for i, r in enumerate(records) if any(
         j.get("reason") == "Resources"
         for j in (r.snapshot or {}).get("queue", {}).get("queues", {}).get("default", {})

@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import FIXTURES
 
 from gpuroom.remote.queue import collect, parse_tmux_ls, read_log_chunk
 from gpuroom.remote.queue_events import EventWriter, fold, read_events
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "tmux"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/tmux")
+TMUX = FIXTURES / "tmux"
 
 EXPECTED: dict[str, list[dict[str, Any]]] = {
     "tmux-1177-ls-default-format.txt": [
@@ -40,12 +39,12 @@ def _capture(path: Path) -> str:
 
 
 def test_every_tmux_fixture_has_expectations() -> None:
-    assert sorted(p.name for p in FIXTURES.iterdir()) == sorted(EXPECTED)
+    assert sorted(p.name for p in TMUX.iterdir()) == sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_parse_tmux_ls_on_real_captures(name: str) -> None:
-    assert parse_tmux_ls(_capture(FIXTURES / name)) == EXPECTED[name]
+    assert parse_tmux_ls(_capture(TMUX / name)) == EXPECTED[name]
 
 
 def test_parse_tmux_ls_tmux3_without_size_and_names_with_colons() -> None:

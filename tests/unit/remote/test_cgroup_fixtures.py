@@ -8,11 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from paths import FIXTURES
 
 from gpuroom.remote.hostinfo import cgroup_facts, parse_cpu_max, parse_flat_keyed, parse_memory_max
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("GPUROOM_FIXTURES", str(ROOT.parent / "shared" / "fixtures")))
 CGROUP = FIXTURES / "cgroup"
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_queue_helpers import CLI, Box, alive, wait_until
+from harness.queuebox import CLI, Box, alive, wait_until
 
 from gpuroom.remote.queue import parse_tmux_ls
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "doctor"))
+from paths import DATA
+
+sys.path.insert(0, str(DATA / "doctor"))
 import build_recordings as rec
 
 from gpuroom.profiles import load_profile

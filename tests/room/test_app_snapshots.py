@@ -11,7 +11,6 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +22,8 @@ from gpuroom.tui.room.app import GpuroomApp
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-DATA = Path(__file__).parent / "data"
+from paths import DATA  # noqa: E402  (after TZ is pinned, like the app's imports)
+
 SnapCompare = Callable[..., bool]
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import DATA
 
 from gpuroom.profiles import load_profile
 from gpuroom.remote import queue_slurm
@@ -33,8 +33,8 @@ from gpuroom.tui.rules.doctor import (
 )
 from gpuroom.tui.rules.watch import FleetWatch
 
-DATA = Path(__file__).parent / "data" / "slurm" / "session.jsonl"
-LINES: list[dict[str, Any]] = [json.loads(raw) for raw in DATA.read_text().splitlines()]
+SESSION = DATA / "slurm" / "session.jsonl"
+LINES: list[dict[str, Any]] = [json.loads(raw) for raw in SESSION.read_text().splitlines()]
 SLURM = load_profile("slurm")
 HOST = "login"
 Snap = dict[str, Any]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import DATA
 
-sys.path.insert(0, str(Path(__file__).parent / "data" / "doctor"))
+sys.path.insert(0, str(DATA / "doctor"))
 import build_recordings as rec
 
 from gpuroom.tui.model import LinkState

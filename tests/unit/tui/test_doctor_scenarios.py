@@ -9,17 +9,17 @@ line's own "t", never the wall clock.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import DATA
 
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
 
-DATA = Path(__file__).parent / "data" / "doctor"
+DOCTOR = DATA / "doctor"
 PRICE = {"h100-a": 2.49, "idle-box": 2.49, "a10-c": 0.76}
 
 
@@ -31,7 +31,7 @@ def replay(name: str) -> tuple[set[str], list[Finding], list[ClockItem]]:
     seen: set[str] = set()
     findings: list[Finding] = []
     clocks: list[ClockItem] = []
-    for raw in (DATA / f"{name}.jsonl").read_text().splitlines():
+    for raw in (DOCTOR / f"{name}.jsonl").read_text().splitlines():
         rec = json.loads(raw)
         host, t, link = rec["host"], float(rec["t"]), LinkState(rec["state"])
         try:
@@ -72,7 +72,7 @@ def test_scenario(name: str, ids: set[str], banner: list[str]) -> None:
 
 def test_link_drop_says_the_job_is_not_dead() -> None:
     # The banner is empty again once the link is back; mid-drop the finding must say so.
-    lines = (DATA / "link_drop.jsonl").read_text().splitlines()
+    lines = (DOCTOR / "link_drop.jsonl").read_text().splitlines()
     rec = json.loads(lines[2])
     prev = json.loads(lines[1])["snapshot"]
     out = diagnose(prev, None, LinkState(rec["state"]), None, rec["t"], host="h100-a",

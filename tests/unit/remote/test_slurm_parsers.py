@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from paths import FIXTURES
 
 from gpuroom.remote.slurmparse import (
     parse_sacct,
@@ -14,8 +12,6 @@ from gpuroom.remote.slurmparse import (
     split_job_id,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("GPUROOM_FIXTURES", str(ROOT.parent / "shared" / "fixtures")))
 SLURM = FIXTURES / "slurm"
 
 

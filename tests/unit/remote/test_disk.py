@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import FIXTURES
 
 from gpuroom.remote import diskuse, hostinfo
 from gpuroom.remote.diskuse import disk_usage, parse_df, parse_df_number
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("GPUROOM_FIXTURES", str(ROOT.parent / "shared" / "fixtures")))
 K, M, G, T = 1024, 1024**2, 1024**3, 1024**4
 
 

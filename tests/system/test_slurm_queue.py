@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import tomli_w
 from harness import slurm as slurm_harness
+from paths import ROOT
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
@@ -31,7 +32,6 @@ from gpuroom.tui.present.view import job_rows, log_chunk
 
 pytestmark = pytest.mark.sshd
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_resumable.py"
 # ~30 s of training. On the test cluster the warning (eligible 10 s into a 1-minute job) came
 # 24-29 s in on every run we measured, so the first run is stopped and requeued and the second

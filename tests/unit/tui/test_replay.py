@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import tomli_w
+from paths import DATA
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.fleet.replay import MAX_WAIT_S, RecordingError, ReplayFleet, load_recording
 from gpuroom.tui.model import LinkState
 
-DOCTOR = Path(__file__).parent / "data" / "doctor"
+DOCTOR = DATA / "doctor"
 
 
 def test_load_orders_by_time_and_keeps_every_field() -> None:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 REMOTE = sorted((ROOT / "remote").glob("*.py"))
 # Only the checkpoint module may import torch/numpy (lazily); pynvml ships inside the zipapp.
 REMOTE_EXTRA_ALLOWED = {"pynvml", "torch", "numpy", "gpuroom"}

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+from harness.torchtree import assert_tree_equal  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpuroom.remote import checkpoint as ckmod  # noqa: E402
@@ -48,21 +49,6 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, sched: Any, steps: int)
         model(torch.randn(3, 4)).pow(2).mean().backward()
         opt.step()
         sched.step()
-
-
-def _assert_tree_equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            _assert_tree_equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_tree_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 def _weights_filled(value: float, n: int = 64) -> nn.Linear:
@@ -100,8 +86,8 @@ def test_round_trip_restores_every_piece_of_state(tmp_path: Path) -> None:
     assert resume is not None
     assert (resume.step, resume.epoch, resume.metric, resume.skipped) == (5, 1, 0.25, [])
     assert resume.extra["tokens"] == 1234 and torch.equal(resume.extra["t"], torch.arange(3))
-    _assert_tree_equal(model.state_dict(), model2.state_dict(), "model")
-    _assert_tree_equal(opt.state_dict(), opt2.state_dict(), "optimizer")
+    assert_tree_equal(model.state_dict(), model2.state_dict(), "model")
+    assert_tree_equal(opt.state_dict(), opt2.state_dict(), "optimizer")
     assert sched.state_dict() == sched2.state_dict()
     assert torch.equal(torch.rand(4), expect_torch)
     assert random.random() == expect_py
@@ -214,7 +200,7 @@ def test_writeback_requested_for_the_whole_file_in_order(
     assert {flags for _, _, flags in calls} == {ckmod._SYNC_FILE_RANGE_WRITE}
     fresh = _weights_filled(0.0, 256)
     assert Checkpointer(tmp_path).load_latest(model=fresh) is not None
-    _assert_tree_equal(model.state_dict(), fresh.state_dict())
+    assert_tree_equal(model.state_dict(), fresh.state_dict())
 
 
 def test_refused_writeback_hint_leaves_durability_to_fsync(
@@ -396,7 +382,7 @@ def test_async_save_snapshots_state_at_call_time(tmp_path: Path) -> None:
     fresh = _weights_filled(0.0, 256)
     resume = Checkpointer(tmp_path).load_latest(model=fresh)
     assert resume is not None and resume.step == 1
-    _assert_tree_equal(saved, fresh.state_dict())
+    assert_tree_equal(saved, fresh.state_dict())
 
 
 def test_async_reuses_staging_and_each_save_keeps_its_own_content(tmp_path: Path) -> None:
@@ -469,7 +455,7 @@ def test_async_save_of_cuda_state_stages_in_page_locked_memory(tmp_path: Path) -
     assert staged and all(b.is_pinned() for b in staged)
     fresh = _weights_filled(0.0, 512)
     assert Checkpointer(tmp_path).load_latest(model=fresh) is not None
-    _assert_tree_equal(saved, fresh.state_dict())
+    assert_tree_equal(saved, fresh.state_dict())
 
 
 def test_at_most_one_save_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

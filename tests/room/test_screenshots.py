@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 from gpuroom.tui.room.screenshots import SHOTS, Shot
 
 SVG = "{http://www.w3.org/2000/svg}"
-ROOT = Path(__file__).resolve().parent.parent
 
 # What each picture exists to show: data from the scenario, not the wording around it (the
 # banner's phrasing belongs to the doctor and changes with it).

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_checkpoint import _assert_tree_equal  # noqa: E402
+from harness.torchtree import assert_tree_equal as _assert_tree_equal  # noqa: E402
+from paths import ROOT  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gpuroom.remote import checkpoint as ckmod  # noqa: E402
 from gpuroom.remote.checkpoint import Checkpointer, CheckpointError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_resumable.py"
 STEPS = 60
 SAVE_EVERY = 7
