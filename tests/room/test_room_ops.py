@@ -7,19 +7,15 @@ against a recording fleet for the screens and once against the real test sshd en
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.room import finish, open_gate
 from paths import DATA
 from textual.widgets import Input
 
-from gpuroom.tui import config as cfg
-from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
 from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -31,23 +27,6 @@ from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.queue import QueueTable
 
 DOCTOR = DATA / "doctor"
-
-
-async def finish(app: GpuroomApp, group: str) -> None:
-    """Wait for the action workers of ``group``; an empty list would wait for every worker,
-    the fleet's endless one included."""
-    workers = [w for w in app.workers if w.group == group]
-    if workers:
-        await app.workers.wait_for_complete(workers)
-
-
-async def open_gate(app: GpuroomApp, pilot: Any) -> GateScreen:
-    """Press T and wait for the gate check; the gate screen it opens."""
-    await pilot.press("T")
-    await finish(app, "gate")
-    await pilot.pause()
-    assert isinstance(app.screen, GateScreen)
-    return app.screen
 
 
 async def replayed(app: GpuroomApp, fleet: ReplayFleet, pilot: Any) -> None:
@@ -211,47 +190,6 @@ async def test_T_offers_no_teardown_when_not_safe(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------- P and T, real box
-
-JOB = "import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'w.bin'),'wb').write(b'y'*4096)"
-
-
-@pytest.mark.sshd
-async def test_P_then_T_against_the_real_box(sshd_box: Any, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    marker = tmp_path / "torn-down"
-    path = tmp_path / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({
-        "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
-        "hosts": {"box": {"ssh": sshd_box.alias, "pull_to": str(tmp_path / "pulls"),
-                          "teardown_command": ["touch", str(marker)]}}}).encode())
-    fleet = Fleet(cfg.load(path))
-    app = GpuroomApp(fleet)
-    try:
-        async with app.run_test(size=(120, 36)) as pilot:
-            jid = await fleet.queue_add("box", ["python3", "-c", JOB])
-            deadline = time.monotonic() + 60
-            while True:
-                await pilot.pause(0.3)
-                states = {j.id: j.state for j in app.query_one(QueueTable).jobs}
-                if states.get(jid) == "succeeded":
-                    break
-                assert time.monotonic() < deadline, states
-            assert not (await open_gate(app, pilot)).result.safe
-            await pilot.press("escape")
-            await pilot.press("P")
-            await finish(app, "pull")
-            assert (tmp_path / "pulls" / "box" / jid / "w.bin").read_bytes() == b"y" * 4096
-            gate = await open_gate(app, pilot)
-            assert gate.result.safe, json.dumps(gate.result.to_json())
-            app.screen.query_one("#confirm", Input).value = "box"
-            await pilot.press("enter")
-            await pilot.pause()
-            await finish(app, "teardown")
-            assert marker.exists()
-    finally:
-        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-
 
 async def test_slurm_queue_pane_shows_ids_states_and_reasons() -> None:
     """The recorded real-Slurm session: the queue pane grows a slurm column while jobs are
