@@ -1,7 +1,7 @@
-"""What the fleet knows about each host: the data every widget renders.
+"""What the fleet knows about each host: the data every pane renders.
 
-Plain dataclasses and the probe's JSON dicts. Widgets read these; only the fleet writes
-them, from the event loop.
+Plain dataclasses and the probe's JSON dicts. Only the fleet writes them, from the event
+loop (tui/fleet/); the room and the rules read them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 Snapshot = dict[str, Any]
 
@@ -22,6 +22,22 @@ class LinkState(str, Enum):
     UP = "up"
     STALE = "stale"
     DOWN = "down"
+
+
+PendingKind = Literal["kill", "relaunch", "add"]
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """An action sent to a box that no snapshot has confirmed yet (principle 3: say only
+    what the box confirmed). The fleet adds it when the action is sent, drops it if the box
+    refused, and retires it when a snapshot shows it took effect."""
+
+    kind: PendingKind
+    job: str | None  # None: an add the box has not yet answered with an id
+    since: float  # the jump host's clock when it was sent
+    label: str = ""  # add: the job's name or command, shown until the box lists the job
+    attempt: int | None = None  # relaunch: the job's attempt when it was asked
 
 
 @dataclass
@@ -39,8 +55,7 @@ class HostState:
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
     polls_ok: int = 0
     polls_failed: int = 0
-    # Actions sent to the box that no probe has confirmed yet (principle 3).
-    pending: list[str] = field(default_factory=list)
+    pending: list[PendingAction] = field(default_factory=list)
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""

@@ -11,7 +11,8 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.fleet.pending import PendingLedger
+from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.transport.pull import Progress, PullResult
 
@@ -39,6 +40,14 @@ class FleetAPI(Protocol):
 
     async def queue_relaunch(self, host: str, job_id: str) -> None: ...
 
+    def mark_pending(self, host: str, action: PendingAction) -> None:
+        """Show ``action`` on ``host`` as sent until a snapshot confirms it."""
+        ...
+
+    def drop_pending(self, host: str, action: PendingAction) -> None:
+        """``action`` never took effect (the box refused it): stop showing it."""
+        ...
+
     def ssh_argv(self, host: str) -> list[str] | None: ...
 
     async def pull(
@@ -54,7 +63,7 @@ class FleetAPI(Protocol):
         ...
 
 
-class StaticFleet:
+class StaticFleet(PendingLedger):
     """A fleet whose snapshots are handed to it (recordings, tests) instead of polled.
 
     It never reaches a box, so the queue actions refuse with a message saying so.
@@ -114,6 +123,9 @@ class StaticFleet:
     def hosts(self) -> list[HostState]:
         return self._hosts
 
+    def _pending_host(self, host: str) -> HostState | None:
+        return next((h for h in self._hosts if h.name == host), None)
+
     def host(self, name: str) -> HostState:
         for h in self._hosts:
             if h.name == name:
@@ -128,6 +140,7 @@ class StaticFleet:
         h.error = None
         h.last_ok = h.last_try = at
         h.polls_ok += 1
+        self.retire_confirmed(h)
         self._changed(name)
 
     def fail(self, name: str, error: str, at: float, *, down: bool = False) -> None:

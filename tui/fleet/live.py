@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
+from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
@@ -76,7 +77,7 @@ class Recorder:
         self._f.close()
 
 
-class Fleet:
+class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
@@ -102,6 +103,9 @@ class Fleet:
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
+
+    def _pending_host(self, host: str) -> HostState | None:
+        return self._states.get(host)
 
     def state(self, name: str) -> HostState:
         return self._states[name]
@@ -157,6 +161,7 @@ class Fleet:
                 state.snapshot = snapshot
                 state.last_ok = state.last_try
                 self._advance_cursors(name, snapshot)
+                self.retire_confirmed(state)
         if self.recorder is not None:
             self.recorder.write(state)
         return state

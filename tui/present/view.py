@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.present.slurm import slurm_summary
 from gpuroom.tui.sanitize import sanitize_line
 
@@ -402,23 +402,6 @@ def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
 
 # ----------------------------------------------------------------------------- queue & jobs
 
-# Pending action entries in HostState.pending: "kill:<job>", "relaunch:<job>:<attempt>",
-# "add:<job>:<name>". The app writes one when it sends the action; a snapshot that shows the
-# action took effect retires it (principle 3: say only what the box confirmed).
-
-
-def pending_kill(job_id: str) -> str:
-    return f"kill:{job_id}"
-
-
-def pending_relaunch(job_id: str, attempt: int | None) -> str:
-    return f"relaunch:{job_id}:{attempt if attempt is not None else ''}"
-
-
-def pending_add(job_id: str, name: str) -> str:
-    return f"add:{job_id}:{name}"
-
-
 @dataclass(frozen=True)
 class JobRow:
     """One job of the selected host's queue."""
@@ -507,10 +490,9 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
         ended = _num(_get(last, "end") if last else _get(j, "ended_at", "end"))
         ckpt = _newest_checkpoint_mtime(j)
         pend = None
-        for entry in host.pending:
-            kind, _, rest = entry.partition(":")
-            if kind in ("kill", "relaunch") and rest.split(":", 1)[0] == jid:
-                pend = kind
+        for action in host.pending:
+            if action.kind in ("kill", "relaunch") and action.job == jid:
+                pend = action.kind
         rows.append(
             JobRow(
                 id=jid,
@@ -527,37 +509,34 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 slurm=slurm_summary(j),
             )
         )
-    for entry in host.pending:
-        kind, _, rest = entry.partition(":")
-        jid, _, name = rest.partition(":")
-        if kind == "add" and jid not in ids:
-            rows.append(JobRow(jid, name, "sent", None, None, None, "", None, pending="add"))
+    for action in host.pending:
+        if action.kind == "add" and action.job not in ids:
+            rows.append(JobRow(action.job or "?", action.label, "sent", None, None, None, "",
+                               None, pending="add"))
     return rows
 
 
-def still_pending(entry: str, snapshot: Snapshot | None) -> bool:
-    """Whether a pending action is not yet visible in ``snapshot``.
+def still_pending(action: PendingAction, snapshot: Snapshot | None) -> bool:
+    """Whether ``action`` is not yet visible in ``snapshot``.
 
     Decided from what the box reports, not from timing, so a snapshot taken before the
     action reached the box can never confirm it.
     """
-    kind, _, rest = entry.partition(":")
-    jid, _, extra = rest.partition(":")
-    job = next((j for j in _job_dicts(snapshot) if _job_id(j) == jid), None)
-    if kind == "add":
+    if action.job is None:  # an add the box has not answered: nothing to look for yet
+        return True
+    job = next((j for j in _job_dicts(snapshot) if _job_id(j) == action.job), None)
+    if action.kind == "add":
         return job is None
     if job is None:
         # kill: a job that left the queue is gone; relaunch: nothing to confirm against.
         return False
     state = _str(_get(job, "state", "status")).lower()
-    if kind == "kill":
+    if action.kind == "kill":
         return state not in ENDED_JOB_STATES
-    if kind == "relaunch":
-        attempt, before = _attempt_no(job), _int(extra)
-        if before is not None and attempt is not None:
-            return attempt <= before
-        return state not in LIVE_JOB_STATES
-    return False
+    attempt = _attempt_no(job)
+    if action.attempt is not None and attempt is not None:
+        return attempt <= action.attempt
+    return state not in LIVE_JOB_STATES
 
 
 def running_job(snapshot: Snapshot | None) -> str:

@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input
 
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
-from gpuroom.tui.model import HostState
+from gpuroom.tui.model import HostState, PendingAction
 from gpuroom.tui.present.view import (
     ENDED_JOB_STATES,
     HISTORY_LEN,
@@ -42,10 +42,6 @@ from gpuroom.tui.present.view import (
     host_row,
     job_rows,
     log_chunk,
-    pending_add,
-    pending_kill,
-    pending_relaunch,
-    still_pending,
 )
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
@@ -387,7 +383,6 @@ class GpuroomApp(App[None]):
     def _host_changed(self, message: HostChanged) -> None:
         h = self.host(message.host)
         if h is not None:
-            h.pending[:] = [p for p in h.pending if still_pending(p, h.snapshot)]
             self._record_gpu_history(h)
         self._schedule_fleet_panes()
         if self.selected_host is None and self.fleet.hosts():
@@ -620,43 +615,41 @@ class GpuroomApp(App[None]):
         else:
             self.notify(f"teardown_command for {host} finished: {tail}", timeout=30)
 
-    def _pending(self, host: str, entry: str) -> HostState | None:
-        h = self.host(host)
-        if h is not None:
-            h.pending.append(entry)
-            if host == self.selected_host:
-                self._refresh_host_panes()
-        return h
+    def _mark(self, host: str, action: PendingAction) -> None:
+        self.fleet.mark_pending(host, action)
+        if host == self.selected_host:
+            self._refresh_host_panes()
 
-    def _unpend(self, h: HostState | None, entry: str) -> None:
-        if h is not None and entry in h.pending:
-            h.pending.remove(entry)
-            if h.name == self.selected_host:
-                self._refresh_host_panes()
+    def _unmark(self, host: str, action: PendingAction) -> None:
+        self.fleet.drop_pending(host, action)
+        if host == self.selected_host:
+            self._refresh_host_panes()
 
     def _failed(self, what: str, host: str, exc: Exception, fix: str) -> None:
         self.notify(f"{what} on {host} failed: {exc}. Fix: {fix}", severity="error", timeout=15)
 
-    async def _pended(self, host: str, entry: str, call: Awaitable[None], what: str,
-                      fix: str) -> None:
-        """Show ``entry`` as pending while ``call`` runs; on failure take it back and say
-        why. On success it stays until a poll confirms it (principle 3)."""
-        h = self._pending(host, entry)
+    async def _pended(self, host: str, action: PendingAction, call: Awaitable[None],
+                      what: str, fix: str) -> None:
+        """Show ``action`` as pending while ``call`` runs; on failure take it back and say
+        why. On success the fleet keeps it until a poll confirms it (principle 3)."""
+        self._mark(host, action)
         try:
             await call
         except Exception as exc:
-            self._unpend(h, entry)
+            self._unmark(host, action)
             self._failed(what, host, exc, fix)
 
     @work(exclusive=True, group="kill", exit_on_error=False)
     async def _send_kill(self, host: str, job_id: str) -> None:
-        await self._pended(host, pending_kill(job_id), self.fleet.queue_kill(host, job_id),
+        await self._pended(host, PendingAction("kill", job_id, self.clock()),
+                           self.fleet.queue_kill(host, job_id),
                            f"kill of job {job_id}",
                            "check the host is UP (r polls now), then K again")
 
     @work(exclusive=True, group="relaunch", exit_on_error=False)
     async def _send_relaunch(self, host: str, job_id: str, attempt: int | None) -> None:
-        await self._pended(host, pending_relaunch(job_id, attempt),
+        await self._pended(host, PendingAction("relaunch", job_id, self.clock(),
+                                               attempt=attempt),
                            self.fleet.queue_relaunch(host, job_id), f"relaunch of job {job_id}",
                            "check the host is UP (r polls now), then R again")
 
@@ -664,20 +657,20 @@ class GpuroomApp(App[None]):
     async def _send_add(self, host: str, request: AddJobRequest) -> None:
         label = request.name or shlex.join(request.argv)[:30]
         # Shown at once; its id is known only when the box answers.
-        entry = pending_add("?", label)
-        h = self._pending(host, entry)
+        sent = PendingAction("add", None, self.clock(), label=label)
+        self._mark(host, sent)
         try:
             job_id = await self.fleet.queue_add(
                 host, request.argv, name=request.name, gpus=request.gpus,
                 retries=request.retries,
             )
         except Exception as exc:
-            self._unpend(h, entry)
+            self._unmark(host, sent)
             self._failed(f"adding job {label!r}", host, exc,
                          "check the host is UP and the command, then a again")
             return
-        self._unpend(h, entry)
-        self._pending(host, pending_add(job_id, label))
+        self._unmark(host, sent)
+        self._mark(host, PendingAction("add", job_id, self.clock(), label=label))
 
     @work(exclusive=True, group="refresh", exit_on_error=False)
     async def _send_refresh(self, host: str | None) -> None:

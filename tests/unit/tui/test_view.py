@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from paths import DATA
 
-from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.view import (
     LogChunk,
     LogCursor,
@@ -25,9 +25,6 @@ from gpuroom.tui.present.view import (
     job_rows,
     link_text,
     log_chunk,
-    pending_add,
-    pending_kill,
-    pending_relaunch,
     sparkline,
     still_pending,
 )
@@ -236,20 +233,20 @@ def test_job_rows_tolerate_other_queue_shapes() -> None:
 
 def test_pending_actions_show_until_a_snapshot_confirms_them() -> None:
     h = scenario_host("healthy", "h100-a")
-    h.pending = [pending_kill("j3"), pending_add("j9", "sweep")]
+    h.pending = [PendingAction("kill", "j3", NOW), PendingAction("add", "j9", NOW, label="sweep")]
     rows = {r.id: r for r in job_rows(h, NOW)}
     assert rows["j3"].pending == "kill" and rows["j3"].state == "running"
     assert rows["j9"].pending == "add" and rows["j9"].name == "sweep"
     # The same snapshot confirms nothing.
-    assert still_pending(pending_kill("j3"), h.snapshot)
-    assert still_pending(pending_add("j9", "sweep"), h.snapshot)
+    assert still_pending(PendingAction("kill", "j3", NOW), h.snapshot)
+    assert still_pending(PendingAction("add", "j9", NOW, label="sweep"), h.snapshot)
     # A later snapshot where j3 ended and j9 exists confirms both.
     later: dict[str, Any] = json.loads(json.dumps(h.snapshot))
     jobs = later["queue"]["queues"]["default"]["jobs"]
     next(j for j in jobs if j["id"] == "j3")["state"] = "killed"
     jobs.append({"id": "j9", "state": "queued"})
-    assert not still_pending(pending_kill("j3"), later)
-    assert not still_pending(pending_add("j9", "sweep"), later)
+    assert not still_pending(PendingAction("kill", "j3", NOW), later)
+    assert not still_pending(PendingAction("add", "j9", NOW, label="sweep"), later)
 
 
 def test_relaunch_confirmed_by_a_higher_attempt() -> None:
@@ -258,13 +255,13 @@ def test_relaunch_confirmed_by_a_higher_attempt() -> None:
     snap = {"queue": {"queues": {"default": {"jobs": [j5]}}}}
     (row,) = job_rows(up(snap), NOW)
     assert row.attempt == 3 and row.exit_code == 137
-    entry = pending_relaunch("j5", 3)
+    entry = PendingAction("relaunch", "j5", NOW, attempt=3)
     assert still_pending(entry, snap)
     j5["state"] = "running"
     j5["attempts"].append({"attempt": 4, "start": NOW - 60})
     assert not still_pending(entry, snap)
     # Without a known attempt, a live state is the confirmation.
-    assert not still_pending(pending_relaunch("j5", None), snap)
+    assert not still_pending(PendingAction("relaunch", "j5", NOW), snap)
 
 
 # ------------------------------------------------------------------ log bytes
@@ -346,3 +343,12 @@ def test_log_section_round_trip_of_the_scenario_text() -> None:
     jobs = h.snapshot["queue"]["queues"]["default"]["jobs"]  # type: ignore[index]
     raw = next(j for j in jobs if j["id"] == "j3")["log_chunk"]["data_b64"]
     assert base64.b64decode(raw).count(b"\n") == 8
+
+
+def test_an_add_the_box_has_not_answered_shows_its_label_and_stays_pending() -> None:
+    h = scenario_host("healthy", "h100-a")
+    sent = PendingAction("add", None, NOW, label="python sweep.py")
+    h.pending = [sent]
+    row = job_rows(h, NOW)[-1]
+    assert (row.id, row.name, row.state, row.pending) == ("?", "python sweep.py", "sent", "add")
+    assert still_pending(sent, h.snapshot)
