@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual import on
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from gpuroom.tui.present.view import HostRow, Level
-from gpuroom.tui.room.messages import HostSelected
 from gpuroom.widgets.rowtable import RowTable
 
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}
@@ -28,6 +30,12 @@ class HostsTable(RowTable):
     DEFAULT_CSS = """
     HostsTable { height: auto; max-height: 12; scrollbar-size-horizontal: 0; }
     """
+
+    @dataclass
+    class Selected(Message):
+        """The user picked a host (enter on its row)."""
+
+        host: str
 
     hosts: reactive[tuple[HostRow, ...]] = reactive((), always_update=True)
     """The hosts to show, already filtered and formatted."""
@@ -58,4 +66,4 @@ class HostsTable(RowTable):
     def _selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value is not None:
-            self.post_message(HostSelected(str(event.row_key.value)))
+            self.post_message(self.Selected(str(event.row_key.value)))

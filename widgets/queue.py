@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual import on
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from gpuroom.tui.present.view import JobRow, fmt_age
-from gpuroom.tui.room.messages import JobSelected
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
@@ -30,6 +32,13 @@ class QueueTable(RowTable):
     DEFAULT_CSS = """
     QueueTable { height: 1fr; scrollbar-size-horizontal: 0; }
     """
+
+    @dataclass
+    class Selected(Message):
+        """The cursor moved to a job of ``host``."""
+
+        host: str
+        job_id: str
 
     jobs: reactive[tuple[JobRow, ...]] = reactive((), always_update=True)
     """The selected host's jobs, pending actions included."""
@@ -78,4 +87,4 @@ class QueueTable(RowTable):
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         if event.row_key.value is not None:
-            self.post_message(JobSelected(self.host, str(event.row_key.value)))
+            self.post_message(self.Selected(self.host, str(event.row_key.value)))

@@ -45,7 +45,7 @@ from gpuroom.tui.present.view import (
 )
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
-from gpuroom.tui.room.messages import HostChanged, HostSelected, JobSelected
+from gpuroom.tui.room.messages import HostChanged
 from gpuroom.tui.room.screens import (
     KEYS,
     AddJobRequest,
@@ -390,12 +390,12 @@ class GpuroomApp(App[None]):
         elif message.host == self.selected_host:
             self._refresh_host_panes()
 
-    @on(HostSelected)
-    def _host_selected(self, message: HostSelected) -> None:
+    @on(HostsTable.Selected)
+    def _host_selected(self, message: HostsTable.Selected) -> None:
         self._select(message.host)
 
-    @on(JobSelected)
-    def _job_selected(self, message: JobSelected) -> None:
+    @on(QueueTable.Selected)
+    def _job_selected(self, message: QueueTable.Selected) -> None:
         if message.host:
             if self._job_choice.get(message.host) == message.job_id and \
                     self.query_one(LogTail).source == f"{message.host}/{message.job_id}":

@@ -1,4 +1,5 @@
-"""Messages between the fleet, the panes and the app. Small dataclasses, one per event."""
+"""The room's own messages. A pane's messages live with the pane (``HostsTable.Selected``,
+``QueueTable.Selected``), so widgets import nothing of the room."""
 
 from __future__ import annotations
 
@@ -17,18 +18,3 @@ class HostChanged(Message):
         # Per tick: a slow screen keeps only the newest notice per host; the state it points
         # at is read when handled, so nothing is lost by merging.
         return isinstance(message, HostChanged) and message.host == self.host
-
-
-@dataclass
-class HostSelected(Message):
-    """The user picked a host in the hosts table."""
-
-    host: str
-
-
-@dataclass
-class JobSelected(Message):
-    """The user moved to a job in the queue table."""
-
-    host: str
-    job_id: str
