@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import subprocess
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -43,6 +42,7 @@ from gpuroom.tui.present.view import (
     job_rows,
     log_chunk,
 )
+from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
 from gpuroom.tui.room.messages import HostChanged
@@ -58,6 +58,7 @@ from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.interactive import run_interactive_ssh
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -140,7 +141,7 @@ class GpuroomApp(App[None]):
         fleet: FleetAPI,
         *,
         clock: Callable[[], float] = time.time,
-        spawn: Spawn = subprocess.call,
+        spawn: Spawn = run_interactive_ssh,
         bell: bool = False,
         notify_command: list[str] | None = None,
     ) -> None:
@@ -239,17 +240,14 @@ class GpuroomApp(App[None]):
     async def _run_notify(self, line: str) -> None:
         argv = [*(self._notify_command or []), sanitize_line(line)]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE)
-            _, err = await asyncio.wait_for(proc.communicate(), NOTIFY_TIMEOUT_S)
+            rc, out = await run_user_command(argv, NOTIFY_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             self.notify(f"notify_command {argv[0]} failed: {exc!r}. Fix: check "
                         "[settings] notify_command in hosts.toml", severity="warning")
             return
-        if proc.returncode:
-            self.notify(f"notify_command {argv[0]} exited {proc.returncode}: "
-                        f"{sanitize_line(err.decode(errors='replace'))[-200:]}",
+        if rc:
+            self.notify(f"notify_command {argv[0]} exited {rc}: "
+                        f"{sanitize_line(out.decode(errors='replace'))[-200:]}",
                         severity="warning")
 
     # ------------------------------------------------------------------ state -> panes
@@ -598,18 +596,15 @@ class GpuroomApp(App[None]):
         host = result.host
         self.notify(f"running your teardown_command for {host}: {shlex.join(argv)}")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT)
-            out, _ = await asyncio.wait_for(proc.communicate(), TEARDOWN_TIMEOUT_S)
+            rc, out = await run_user_command(argv, TEARDOWN_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             self._failed("teardown_command", host, exc,
                          "run it yourself; check [hosts.NAME] teardown_command")
             return
         tail = sanitize_line(out.decode(errors="replace").strip().splitlines()[-1]
                              if out.strip() else "")
-        if proc.returncode:
-            self.notify(f"teardown_command for {host} exited {proc.returncode}: {tail}. "
+        if rc:
+            self.notify(f"teardown_command for {host} exited {rc}: {tail}. "
                         "Fix: the box may still bill; check your provider's console",
                         severity="error", timeout=60)
         else:
