@@ -69,7 +69,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
     console = Console()
     for line in banner_lines(findings, clocks):
         console.print(Text(line, style="bold red" if line.startswith("CRITICAL") else "yellow"))
-    table = Table(title="gpuroom doctor")
+    table = Table(title="gpuroom doctor (ids: docs/GOTCHAS.md)")
     for col in ("sev", "host", "id", "finding", "seen", "fix"):
         table.add_column(col)
     for f in findings:
