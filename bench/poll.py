@@ -31,9 +31,9 @@ from tests.harness.netns import jump_topology  # noqa: E402
 from tests.harness.netns import missing_requirements as netns_missing  # noqa: E402
 from tests.harness.sshd import ClientIdentity, SshdBox, ensure_test_user  # noqa: E402
 
-# What the seeds' monitor loop asks a box for on every poll, as one remote command: the
+# What a hand-written ssh monitor loop asks a box for on every poll, as one remote command: the
 # baseline is a fresh `ssh ALIAS '<this>'` each time (connect, auth, shell, several forks).
-SEED_POLL_COMMAND = (
+HAND_POLL_COMMAND = (
     "hostname; cat /proc/sys/kernel/random/boot_id /proc/uptime; "
     "df -P -B1 ~ .; df -P -i ~ .; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max "
     "2>/dev/null; nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv "
@@ -63,7 +63,7 @@ def fresh_ssh_polls(ssh_config: Path, alias: str, n: int) -> float:
     samples = []
     for _ in range(n):
         t0 = time.perf_counter()
-        done = subprocess.run(["ssh", "-F", str(ssh_config), alias, SEED_POLL_COMMAND],
+        done = subprocess.run(["ssh", "-F", str(ssh_config), alias, HAND_POLL_COMMAND],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
                               check=False)
         samples.append(time.perf_counter() - t0)
@@ -105,7 +105,7 @@ def report(r: dict[str, Any], polls: int, fresh: int) -> str:
         "",
         "| poll | median | fresh ssh per poll ÷ this |",
         "|---|---|---|",
-        f"| fresh `ssh box '<seed poll commands>'` | {r['fresh']:.1f} ms | 1.0x |",
+        f"| fresh `ssh box '<hand-written poll commands>'` | {r['fresh']:.1f} ms | 1.0x |",
         f"| gpuroom exec (one connection, one exec) | {r['exec']:.2f} ms | "
         f"{r['fresh'] / r['exec']:.1f}x |",
         f"| gpuroom serve (one channel, one line) | {r['serve']:.2f} ms | "

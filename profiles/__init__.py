@@ -2,8 +2,8 @@
 kaggle, runpod, vastai, lambda, paperspace, autodl).
 
 ``load_profile(name)`` reads ``user_config_dir("gpuroom")/profiles/NAME.toml`` when the user has
-one (it overrides the packaged profile of the same name), else the packaged NAME.toml. Facts the
-seeds do not state are the string "unknown"; every problem in a file is a ProfileError naming the
+one (it overrides the packaged profile of the same name), else the packaged NAME.toml. Facts
+gpuroom does not know are the string "unknown"; every problem in a file is a ProfileError naming the
 file, the dotted field and the fix.
 """
 

@@ -1,8 +1,9 @@
 """Load and validate platform profiles (one TOML per platform).
 
-A profile says what a platform does to your disk, your job and your bill: the seed front-matter
-facts, the mounts to watch with what survives a stop and a destroy, the danger clocks and the
-lines to tell the user on first contact (principle 10).
+A profile says what a platform does to your disk, your job and your bill: the platform facts
+(how the meter stops, how a job detaches, spot, inode cap, ...), the mounts to watch with what
+survives a stop and a destroy, the danger clocks and the lines to tell the user on first
+contact (principle 10).
 
 Where profiles come from: the packaged ``*.toml`` next to this module, and the user's own
 ``platformdirs.user_config_dir("gpuroom")/profiles/NAME.toml``. A user file overrides the
@@ -30,14 +31,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 jump hosts
     import tomli as tomllib
 
-# "unknown": the seeds do not give it. "host-dependent": measure it on the box (the generic
-# profile's own wording). "n/a": the platform has no such thing (Slurm has nothing to destroy).
+# "unknown": gpuroom does not know it for this platform. "host-dependent": measure it on the box
+# (the generic-ssh profile's wording). "n/a": the platform has no such thing (Slurm has nothing
+# to destroy).
 Special = Literal["unknown", "host-dependent", "n/a"]
 Fact = bool | Special
-# The seed front matter's `kind: ssh | slurm | kubernetes | notebook`.
+# The kind of platform: an SSH box, a Slurm login node, a Kubernetes cluster, a notebook.
 Kind = Literal["ssh", "slurm", "kubernetes", "notebook"]
-# The seed's `detach_primitive: tmux/nohup | sbatch | k8s-job | kaggle-commit`, plus Colab's
-# "Drive-checkpoint loop" from its OVERRIDES line.
+# What keeps a job alive without the session (principle 8): tmux/nohup on a box, sbatch on
+# Slurm, a Job on Kubernetes, a commit on Kaggle, a checkpoint-to-Drive loop on Colab.
 DetachPrimitive = Literal["tmux", "nohup", "sbatch", "k8s-job", "kaggle-commit",
                           "drive-checkpoint", "unknown"]
 Survival = bool | Literal["unknown", "n/a"]
@@ -51,7 +53,7 @@ ClockKind = Literal[
     "quota",  # a budget that runs out (Kaggle 30 GPU-hours/week, Slurm fairshare)
 ]
 # seconds of a clock: a number, or "per-job" (set at submit), "none" (no timer, the meter just
-# runs), "unknown" (the seeds give no number).
+# runs), "unknown" (gpuroom knows no number).
 ClockSeconds = int | Literal["unknown", "per-job", "none"]
 Origin = Literal["packaged", "user"]
 
@@ -91,7 +93,7 @@ def _error(path: Path, field: str, reason: str, fix: str) -> ProfileError:
 class Mount:
     """A path to watch and what survives the platform's stop and destroy verbs."""
 
-    path: str  # may use ~ or $VAR, expanded on the box; "unknown" when the seeds name no path
+    path: str  # may use ~ or $VAR, expanded on the box; "unknown" when no path is known
     role: str
     survives_stop: Survival
     survives_destroy: Survival
@@ -106,7 +108,7 @@ class DangerClock:
     kind: ClockKind
     seconds: ClockSeconds
     text: str
-    approximate: bool = False  # the seed says "~": a platform may move it
+    approximate: bool = False  # shown as "~": the platform may move it
     source: str = ""
 
 
@@ -121,7 +123,7 @@ class Surface:
 
 @dataclass(frozen=True)
 class Profile:
-    """One platform's facts, validated. Values the seeds do not give are "unknown"."""
+    """One platform's facts, validated. Values gpuroom does not know are "unknown"."""
 
     platform: str
     kind: Kind
@@ -155,7 +157,7 @@ class Profile:
         return self.platform
 
     def watch_paths(self) -> list[str]:
-        """Mount paths the probe can statvfs (those the seeds name)."""
+        """Mount paths the probe can statvfs (those with a known path)."""
         return [m.path for m in self.mounts if m.path != "unknown"]
 
 
@@ -232,11 +234,12 @@ def _str_list(path: Path, where: str, value: object) -> tuple[str, ...]:
 
 def _str_table(path: Path, where: str, value: object) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise _wrong(path, where, value, "a table of strings", '{ field = "seed section" }')
+        raise _wrong(path, where, value, "a table of strings", '{ field = "principle 4" }')
     for key, item in value.items():
         if not isinstance(item, str) or not item:
             raise _error(path, f"{where}.{key}", f"expected a non-empty string, got "
-                         f"{_type_name(item)}", "name the seed section the fact came from")
+                         f"{_type_name(item)}", "name the gotcha id or principle behind the fact "
+                         "(docs/GOTCHAS.md)")
     return dict(value)
 
 
@@ -263,7 +266,7 @@ def _table(path: Path, where: str, raw: object, specs: Mapping[str, _Spec]) -> d
             out[key] = spec.check(path, f"{prefix}{key}", raw[key])
         elif spec.required:
             raise _error(path, f"{prefix}{key}", "missing required field",
-                         f"add {key} = ... (\"unknown\" when no seed states it)")
+                         f"add {key} = ... (\"unknown\" when you do not know it)")
     return out
 
 
@@ -291,7 +294,7 @@ _MOUNT_SPECS: dict[str, _Spec] = {
     "survives_stop": _Spec(_SURVIVAL),
     "survives_destroy": _Spec(_SURVIVAL),
     "note": _Spec(_string(empty_ok=True), False),
-    "source": _Spec(_string('"principles.md §4"'), False),
+    "source": _Spec(_string('"principle 4"'), False),
 }
 
 _CLOCK_SPECS: dict[str, _Spec] = {
@@ -299,7 +302,7 @@ _CLOCK_SPECS: dict[str, _Spec] = {
     "seconds": _Spec(_choice(_literal_values(ClockSeconds), int_ok=True)),
     "text": _Spec(_string()),
     "approximate": _Spec(_boolean, False),
-    "source": _Spec(_string('"principles.md §10"'), False),
+    "source": _Spec(_string('"principle 10"'), False),
 }
 
 _FACT = _choice(_literal_values(Special), bool_ok=True)

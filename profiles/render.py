@@ -81,7 +81,7 @@ def format_survival_matrix(profile: Profile) -> list[str]:
     """mount x {stop, destroy}, with what stop and destroy mean on this platform."""
     lines = [f"  stop    = {profile.stop_means}", f"  destroy = {profile.destroy_means}"]
     if not profile.mounts:
-        lines.append("  (the seeds name no mounts for this platform: measure df -h and df -i "
+        lines.append("  (no mounts known for this platform: measure df -h and df -i "
                      "on the box before trusting any path)")
         return lines
     rows = [["MOUNT", "ROLE", "STOP", "DESTROY", "NOTE"]]
@@ -129,7 +129,7 @@ def format_profile(profile: Profile) -> str:
         out += _columns([[_CLOCK_LABELS[c.kind], format_clock_value(c), c.text]
                           for c in profile.danger_clocks])
     else:
-        out.append("  (none the seeds state)")
+        out.append("  (none known for this platform)")
     surface = profile.surface
     if surface.dangers or surface.conveniences or surface.notes:
         out += ["", "Surface to the user"]
@@ -141,7 +141,9 @@ def format_profile(profile: Profile) -> str:
                   for i, c in enumerate(profile.danger_clocks) if c.source},
                **profile.sources}
     if sourced:
-        out += ["", "Sources", *_columns([[k, v] for k, v in sourced.items()])]
+        # Sources cite gotcha ids and principles, which docs/GOTCHAS.md explains.
+        out += ["", "Sources (ids: docs/GOTCHAS.md)",
+                *_columns([[k, v] for k, v in sourced.items()])]
     return "\n".join(out)
 
 

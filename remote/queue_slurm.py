@@ -48,7 +48,7 @@ from .slurmparse import parse_sacct, parse_slurm_duration, split_job_id
 BACKEND = "slurm"
 SLURM_EVENTS = ("slurm_configured", "slurm_added", "slurm_submitted", "slurm_submit_failed",
                 "slurm_final", "slurm_removed")
-DEFAULT_SIGNAL_LEAD_S = 360  # the seed's --signal=B:...@360 (profile-generic-ssh, SLURM2)
+DEFAULT_SIGNAL_LEAD_S = 360  # --signal=B:...@360: the warning lead SLURM2 budgets for
 DEFAULT_MAX_REQUEUES = 20  # a job that never finishes must not requeue forever
 CMD_TIMEOUT_S = 20.0
 KILL_WAIT_S = 60.0  # scancel -> gone from squeue: KillWait (default 30 s) and some slack
@@ -64,7 +64,7 @@ RUNNING_STATES = {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "SIGNALIN
 FAILED_STATES = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                  "DEADLINE"}
 FINAL_SLURM_STATES = FAILED_STATES | {"COMPLETED", "CANCELLED"}
-# What a final state means, in the seed's words (profile-generic-ssh.md, Slurm debugging).
+# What a final state means (SLURM2, SLURM4, SLURM5 in docs/GOTCHAS.md).
 STATE_REASONS = {
     "TIMEOUT": "walltime reached (SIGTERM, then SIGKILL after KillWait)",
     "OUT_OF_MEMORY": "cgroup RAM OOM-kill: a job state, not a traceback (SLURM4)",

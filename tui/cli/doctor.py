@@ -69,7 +69,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
     console = Console()
     for line in banner_lines(findings, clocks):
         console.print(Text(line, style="bold red" if line.startswith("CRITICAL") else "yellow"))
-    table = Table(title="gpuroom doctor")
+    table = Table(title="gpuroom doctor (ids: docs/GOTCHAS.md)")
     for col in ("sev", "host", "id", "finding", "seen", "fix"):
         table.add_column(col)
     for f in findings:
@@ -117,7 +117,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> None:
     """Register `doctor` on gpuroom's subparsers (the top-level parser owns --config)."""
-    p = subparsers.add_parser("doctor", help="poll once and list what is wrong (gotcha ids)")
+    p = subparsers.add_parser("doctor", help="poll once; findings by gotcha id (docs/GOTCHAS.md)")
     p.add_argument("host", nargs="?", default=None, help="only this host")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)

@@ -1,8 +1,8 @@
 """The doctor: what a snapshot (and the one before it) says is wrong, as gotcha-id findings.
 
 Pure functions of (previous snapshot | None, snapshot | None, link state, profile, now): no
-I/O, no wall clock, so recordings replay to the same findings. Each finding carries the seed's
-id (U7, GEN8, ...), what was seen with its numbers, and the seed's fix in a line.
+I/O, no wall clock, so recordings replay to the same findings. Each finding carries its gotcha
+id (U7, GEN8, ...: docs/GOTCHAS.md), what was seen with its numbers, and the fix in a line.
 
 A failed poll is never a dead run (GEN8): a host that did not answer gets one finding saying
 so and nothing is concluded from its old snapshot. A job that was running and is gone is
@@ -50,7 +50,7 @@ TMP_SUFFIXES = (".tmp", ".partial", ".part")
 # Xid codes U22 calls a dead GPU: 48 double-bit ECC, 79 fallen off the bus.
 DEAD_GPU_XIDS = frozenset({48, 79})
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-# Slurm (profile-generic-ssh.md, THIN DIFF - SLURM). The ends the seeds explain, with the
+# Slurm (SLURM1-SLURM5 in docs/GOTCHAS.md). The ends those gotchas explain, with the
 # gotcha whose fix applies: TIMEOUT is the walltime kill SLURM2 budgets for, OUT_OF_MEMORY is
 # SLURM4, PREEMPTED / NODE_FAIL are "requeue territory", where SLURM5 decides whether the
 # checkpoint survived.
@@ -295,7 +295,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
             if not (new is not None and new.get("state") == "failed"
                     and new.get("slurm_state") in SLURM_END_IDS):
                 out.append(_ended_finding(host, label, new, ended, old))
-            continue  # a final state the seeds explain is slurm_findings' steady finding
+            continue  # a final state a SLURM gotcha explains is slurm_findings' steady finding
         pid = _attempt(old).get("pid")
         oom_lines = [e for e in events if e.get("kind") == "oom" and pid is not None
                      and e.get("pid") == pid]
@@ -520,7 +520,7 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
     for gpu in _gpus(snap):
         label = _gpu_label(gpu)
         old = before.get(gpu.get("index"))
-        # One sample is never enough for U21 (the seed): the previous poll must agree.
+        # One sample is never enough for U21: the previous poll must agree.
         if _underfed(gpu) and old is not None and _underfed(old):
             out.append(_finding(
                 "U21", "warn", host, f"{label} underfed: util high, SM clock and power low",

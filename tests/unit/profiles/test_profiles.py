@@ -1,4 +1,4 @@
-"""Platform profiles: the packaged facts match the seeds, bad files name file and field, the user
+"""Platform profiles: the packaged facts load as written, bad files name file and field, the user
 dir overrides, and `gpuroom profiles` answers with the right exit codes."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_runpod() -> None:
     assert p.spot_available is True
     # "most GPU-clouds (Lambda/RunPod/vast/CoreWeave) charge $0"
     assert p.free_egress is True
-    # The container disk has no path in the seeds, so it must not be statvfs'd.
+    # The container disk has no known path, so it must not be statvfs'd.
     assert p.watch_paths() == ["/workspace"]
 
 
@@ -264,7 +264,7 @@ def test_bad_enum(tmp_path: Path) -> None:
     path = _write(tmp_path, "runpod", GOOD.replace('kind = "ssh"', 'kind = "bare_ssh"'))
     err = _error_for(path)
     assert err.field == "kind" and "'bare_ssh'" in str(err)
-    # The fix lists the values the seed front matter allows.
+    # The fix lists the values a profile's kind allows.
     for allowed in ("'ssh'", "'slurm'", "'kubernetes'", "'notebook'"):
         assert allowed in err.fix
 
@@ -330,12 +330,15 @@ def test_format_profile_shows_survival_matrix_and_surface() -> None:
     assert row.split()[:5] == ["/workspace", "volume", "disk", "survives", "LOST"]
     assert "terminate the pod" in text
     assert "Surface to the user" in text and "RunPod 2×" in text
-    assert "principles.md §4" in text  # sources are shown
+    # Sources are shown, citing ids docs/GOTCHAS.md explains.
+    assert "Sources (ids: docs/GOTCHAS.md)" in text
+    [source] = [line for line in text.splitlines() if line.strip().startswith("mounts[0]")]
+    assert source.split(None, 1)[1] == "principle 4: a stop wipes the container disk"
 
 
 def test_format_profile_without_mounts_says_so() -> None:
     text = format_profile(load_profile("paperspace"))
-    assert "no mounts" in text and "(none the seeds state)" in text
+    assert "no mounts known" in text and "(none known for this platform)" in text
 
 
 def test_format_profile_list() -> None:

@@ -512,9 +512,8 @@ def test_background_error_surfaces_on_the_next_call(
 
 
 def test_young_daly_worked_example() -> None:
-    # shared/seeds/spot-resilience.md section 2 is blank in this checkout (only newlines), so
-    # these are our own numbers: spot preemptions every 2 h on average (μ = 7200 s), a
-    # checkpoint takes 60 s to write (C), a training step takes 0.8 s.
+    # Principle 8's cadence (docs/GOTCHAS.md) on numbers of our own: spot preemptions every
+    # 2 h on average (μ = 7200 s), a checkpoint takes 60 s to write (C), a step takes 0.8 s.
     #   W = sqrt(2 · 7200 · 60) = sqrt(864000) = 929.52 s (about 15.5 min)
     #   929.52 / 0.8 = 1161.9 -> 1161 steps (rounded down to a step boundary)
     assert young_daly_interval(7200, 60) == pytest.approx(929.516, abs=1e-3)
