@@ -244,7 +244,7 @@ def _block_unit(header: str) -> Optional[int]:
     if unit is None:
         return int(m.group("num"))
     base = 1000 if m.group("si") else 1024
-    return int(m.group("num")) * base ** (_UNITS.index(unit.upper()) + 1)
+    return int(m.group("num")) * int(base ** (_UNITS.index(unit.upper()) + 1))
 
 
 def parse_df_number(text: str, unit: Optional[int] = None) -> Optional[int]:
@@ -255,7 +255,7 @@ def parse_df_number(text: str, unit: Optional[int] = None) -> Optional[int]:
     m = _HUMAN.match(text)
     if m is None:
         return None
-    return round(float(m.group("num")) * 1024 ** (_UNITS.index(m.group("unit")) + 1))
+    return round(float(m.group("num")) * int(1024 ** (_UNITS.index(m.group("unit")) + 1)))
 
 
 def parse_df(text: str) -> List[Dict[str, Any]]:

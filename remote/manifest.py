@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -33,6 +34,7 @@ FRESH_NS = 2 * 10**9  # files modified within 2 s are hashed but not cached
 HASH_CHUNK = 1 << 20  # 1 MiB reads: large enough for throughput, small for deadline checks
 
 CacheKey = Tuple[str, int, int]
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def cache_path(root: str) -> str:
@@ -47,10 +49,19 @@ def load_cache(path: str, root: str) -> Dict[str, List[Any]]:
             doc = json.load(f)
     except (OSError, ValueError):
         return {}  # no cache or a broken one: hash everything again, never trust junk
-    if not isinstance(doc, dict) or doc.get("dir") != root or not isinstance(
-            doc.get("entries"), dict):
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("dir") != root \
+            or not isinstance(doc.get("entries"), dict):
         return {}
-    return doc["entries"]
+    # A digest read from here is reported as the file's sha256 without reading the file, so
+    # an entry of any other shape (another helper's format, a hand edit) is dropped, not used.
+    return {rel: entry for rel, entry in doc["entries"].items() if _is_entry(entry)}
+
+
+def _is_entry(entry: Any) -> bool:
+    """``[size, mtime_ns, sha256 hex]``, as ``build`` writes it."""
+    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
+            and isinstance(entry[1], int) and isinstance(entry[2], str)
+            and _SHA256_HEX.fullmatch(entry[2]) is not None)
 
 
 def save_cache(path: str, root: str, entries: Dict[str, List[Any]]) -> None:

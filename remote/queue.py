@@ -396,8 +396,7 @@ def _cmd_add(argv: List[str]) -> int:
                          retry_on_exit=args.retry_on_exit, outputs=args.output,
                          durable_dir=args.durable_dir, front=args.front,
                          vram_mib=args.vram_mib)
-    doc: Dict[str, Any] = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]),
-                           "seq": ev["seq"]}
+    doc = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]), "seq": ev["seq"]}
     if not args.no_start:
         doc["runner"] = start_runner(root, queue, args.idle_exit)
     _emit(doc)

@@ -238,7 +238,8 @@ def _new_job(ev: Event) -> Dict[str, Any]:
 
 
 def _attempt(job: Dict[str, Any], n: Any) -> Optional[Dict[str, Any]]:
-    for a in job["attempts"]:
+    attempts: List[Dict[str, Any]] = job["attempts"]
+    for a in attempts:
         if a["attempt"] == n:
             return a
     return None
@@ -287,9 +288,9 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
         for extra in ev.get("reqs") or []:
             answered.add(extra)
         if kind == "added":
-            job = _new_job(ev)
-            jobs[job["id"]] = job
-            place(job["id"], bool(ev.get("front")))
+            added = _new_job(ev)
+            jobs[added["id"]] = added
+            place(added["id"], bool(ev.get("front")))
             continue
         if kind == "configured":
             for key in DEFAULT_CONFIG:

@@ -170,7 +170,7 @@ def import_path(root: str) -> str:
 def cpu_thread_cap() -> Optional[int]:
     """Threads per job from the cgroup CPU quota (U40), None when there is no quota."""
     root = os.environ.get("GPUROOM_CGROUP_ROOT") or hostinfo.CGROUP_ROOT
-    quota = hostinfo.cgroup_facts(root).get("cpu_quota_vcpus")
+    quota: Optional[float] = hostinfo.cgroup_facts(root).get("cpu_quota_vcpus")
     if not quota:
         return None
     return max(1, math.floor(quota))
@@ -668,13 +668,14 @@ class Runner:
                         act.signal_group(signal.SIGKILL)
                     if act.kill_reap_deadline is None or now < act.kill_reap_deadline:
                         continue
-                status = _read_json(act.files.exit) or {}
-                if not status and act.popen is not None and act.popen.returncode is not None:
-                    status = _status_from_returncode(act.popen.returncode)
+                kill_status = _read_json(act.files.exit) or {}
+                if not kill_status and act.popen is not None and act.popen.returncode is not None:
+                    kill_status = _status_from_returncode(act.popen.returncode)
                 del self.active[job_id]
                 self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
                           attempt=act.attempt, sent=act.kill_sent,
-                          exit_code=status.get("exit_code"), signal=status.get("signal"),
+                          exit_code=kill_status.get("exit_code"),
+                          signal=kill_status.get("signal"),
                           duration=round(time.time() - act.start, 3))
                 continue
             if not ended:

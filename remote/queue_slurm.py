@@ -116,15 +116,15 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     for ev in events:
         kind = ev.get("ev")
         if kind == "slurm_added":
-            job = _new_job(ev)
-            job.update({"backend": BACKEND, "position": None, "slurm_id": None,
+            added = _new_job(ev)
+            added.update({"backend": BACKEND, "position": None, "slurm_id": None,
                         "slurm_state": None, "node": None, "elapsed_s": None,
                         "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
                         "time_left_s": None, "end_time": None, "restarts": 0,
                         "signal_lead_s": ev.get("signal_lead_s"), "time": ev.get("time"),
                         "cpus_per_task": ev.get("cpus_per_task"), "script": ev.get("script"),
                         "ckpt_dir": ev.get("ckpt_dir"), "exit_code": None})
-            jobs[job["id"]] = job
+            jobs[added["id"]] = added
             continue
         job = jobs.get(str(ev.get("job")))
         if job is None:
@@ -157,7 +157,8 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
 
 
 def _attempt_of(job: Dict[str, Any], slurm_id: Any) -> Optional[Dict[str, Any]]:
-    for a in job["attempts"]:
+    attempts: List[Dict[str, Any]] = job["attempts"]
+    for a in attempts:
         if a.get("slurm_id") == slurm_id:
             return a
     return None

@@ -1,10 +1,10 @@
 """Build the box-side helper as a deterministic zipapp named by its sha256 (principle 6, U42).
 
-The archive holds ``gpuroom/remote/*.py`` from the installed package plus the pure-Python
-``pynvml`` module of the jump host's nvidia-ml-py, so a box with a driver needs no pip
-install. Fixed timestamps, modes and a sorted entry order make the same sources give the
-same bytes, so the hash names the content and a new version never overwrites a file a live
-runner is reading.
+The archive holds every ``.py`` under ``gpuroom/remote/`` (sub-packages too) from the
+installed package plus the pure-Python ``pynvml`` module of the jump host's nvidia-ml-py, so a
+box with a driver needs no pip install. Fixed timestamps, modes and a sorted entry order make
+the same sources give the same bytes, so the hash names the content and a new version never
+overwrites a file a live runner is reading.
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ class HelperArchive:
         return f".gpuroom/bin/{self.filename}"
 
 
-def _sources() -> list[tuple[str, bytes]]:
-    remote_dir = Path(gpuroom.remote.__file__).parent
+def archive_entries(remote_dir: Path) -> list[tuple[str, bytes]]:
+    """The archive's (name, bytes), sorted: every ``.py`` under ``remote_dir`` (sub-packages
+    included) as ``gpuroom/remote/...``, NVML's bindings and the entry point."""
     entries = [("gpuroom/__init__.py", b"")]
     entries += [
-        (f"gpuroom/remote/{p.name}", p.read_bytes())
-        for p in sorted(remote_dir.glob("*.py"))
+        (f"gpuroom/remote/{p.relative_to(remote_dir).as_posix()}", p.read_bytes())
+        for p in sorted(remote_dir.rglob("*.py"))
     ]
     spec = importlib.util.find_spec("pynvml")
     if spec is not None and spec.origin and spec.origin.endswith(".py"):
@@ -72,5 +73,5 @@ def build_bytes(entries: list[tuple[str, bytes]]) -> bytes:
 @lru_cache(maxsize=1)
 def helper_archive() -> HelperArchive:
     """The helper for the installed sources, built once per jump-host process."""
-    data = build_bytes(_sources())
+    data = build_bytes(archive_entries(Path(gpuroom.remote.__file__).parent))
     return HelperArchive(data=data, sha256=hashlib.sha256(data).hexdigest())

@@ -105,3 +105,37 @@ def test_defer_above_lists_big_uncached_files_without_reading_them(
     again = manifest.build(str(d), defer_above=4096)
     assert again["deferred"] == 0 and again["cache_hits"] == 2
     assert again["files"][0] == only["files"][0]
+
+
+@pytest.mark.parametrize("entry", [
+    5,                                   # not a list: indexing it raised TypeError
+    [3],                                 # too short: IndexError
+    [3, OLD_NS, 123],                    # key matches, digest is not a string
+    [3, OLD_NS, "0" * 63],               # key matches, digest is not a sha256
+], ids=["int", "short", "int-digest", "short-digest"])
+def test_junk_cache_entry_is_rehashed_not_trusted(home: Path, tmp_path: Path,
+                                                  entry: object) -> None:
+    """Regression: load_cache checked only the outer shape, so a junk entry crashed the
+    manifest or was reported as the file's sha256 (found by mypy on remote/)."""
+    d = tmp_path / "ckpt"
+    make(d / "a.pt", b"one")
+    cache = Path(manifest.cache_path(str(d)))
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps({"schema": manifest.SCHEMA, "dir": str(d),
+                                 "entries": {"a.pt": entry}}))
+    doc = manifest.build(str(d))
+    assert doc["hashed"] == 1 and doc["cache_hits"] == 0
+    assert doc["files"][0]["sha256"] == hashlib.sha256(b"one").hexdigest()
+
+
+def test_cache_of_another_schema_is_ignored(home: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ckpt"
+    make(d / "a.pt", b"one")
+    manifest.build(str(d))
+    cache = Path(manifest.cache_path(str(d)))
+    doc = json.loads(cache.read_text())
+    assert manifest.build(str(d))["cache_hits"] == 1  # the cache as written is used
+    doc["schema"] = manifest.SCHEMA + 1
+    cache.write_text(json.dumps(doc))
+    again = manifest.build(str(d))
+    assert again["cache_hits"] == 0 and again["hashed"] == 1
