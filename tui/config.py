@@ -20,6 +20,8 @@ from typing import Any
 import platformdirs
 import tomli_w
 
+from gpuroom.tui.errors import GpuroomError, with_fix
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 jump hosts
@@ -33,8 +35,10 @@ _ALIAS_RE = re.compile(r"^[A-Za-z0-9_.@%+:\[\]-]+$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class ConfigError(Exception):
-    """A config file gpuroom cannot use at all; the message names file, place and fix."""
+class ConfigError(GpuroomError):
+    """A config file gpuroom cannot use at all; the message names file and place."""
+
+    exit_code = 2  # tui/cli/main.py: usage or config error
 
 
 def default_config_path() -> Path:
@@ -130,7 +134,7 @@ class Config:
 
 
 def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
-    return ConfigError(f"{path}: {where}: {reason}. Fix: {fix}")
+    return ConfigError(f"{path}: {where}: {reason}", fix)
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
@@ -142,11 +146,11 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
     host = HostConfig(name=name)
     where = f"[hosts.{name}]"
     if not _NAME_RE.match(name):
-        host.error = (f"{path}: {where}: host names may use letters, digits, '.', '_' and '-'."
-                      " Fix: rename the table")
+        host.error = with_fix(f"{path}: {where}: host names may use letters, digits, '.', '_' "
+                              "and '-'", "rename the table")
         return host
     if not isinstance(raw, dict):
-        host.error = f"{path}: {where} must be a table. Fix: write it as [hosts.{name}]"
+        host.error = with_fix(f"{path}: {where} must be a table", f"write it as [hosts.{name}]")
         return host
     problems: list[str] = []
     unknown = sorted(set(raw) - _HOST_KEYS)
