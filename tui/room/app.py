@@ -24,7 +24,9 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input
+from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 
+from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState
@@ -76,6 +78,10 @@ TEARDOWN_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 0.5
 FLEET_PANES_EVERY_S = 0.5
 COALESCE_ABOVE_HOSTS = 20
+# A bug that fires on every frame or tick would bury the screen in toasts: this many within
+# BUG_BURST_S and the room exits, printing the one line (never a traceback).
+BUG_BURST = 5
+BUG_BURST_S = 10.0
 
 class GpuroomCommands(Provider):
     """Every action of KEYS as a ctrl+p command."""
@@ -164,6 +170,7 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+        self._bugs_at: deque[float] = deque(maxlen=BUG_BURST)
 
     def notify(
         self,
@@ -184,6 +191,33 @@ class GpuroomApp(App[None]):
         lines = (sanitize_line(line) for line in message.split("\n"))
         super().notify("\n".join(lines), title=sanitize_line(title), severity=severity,
                        timeout=timeout, markup=False)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Every exception nothing else caught: a handler's, a timer's, a render's, and a
+        worker's (Textual wraps those in WorkerFailed).
+
+        Textual's own version exits and prints a rich traceback, locals included, to the
+        user's terminal. Here a GpuroomError is shown with its fix, anything else is a bug:
+        its traceback goes to the state dir's log (gpuroom.tui.errors.report_bug) and the
+        toast says "internal error: <one line>; details in <path>". The room keeps running;
+        only a burst of bugs, or one before the room is up, ends it, with the same line.
+        """
+        cause = error.error if isinstance(error, WorkerFailed) else error
+        try:
+            worker = get_current_worker()
+            where = f"room worker {worker.group}: {worker.description}"
+        except NoActiveWorker:
+            where = "room"
+        text = describe(cause, context=where)
+        now = time.monotonic()
+        if not isinstance(cause, GpuroomError):
+            self._bugs_at.append(now)
+        burst = len(self._bugs_at) == BUG_BURST and now - self._bugs_at[0] < BUG_BURST_S
+        if self.is_running and not burst:
+            self.notify(text, severity="error", timeout=30)
+            return
+        code = cause.exit_code if isinstance(cause, GpuroomError) else EXIT_INTERNAL
+        self.exit(return_code=code, message=Text(f"gpuroom: {text}"))
 
     # ------------------------------------------------------------------ layout
 
@@ -209,17 +243,15 @@ class GpuroomApp(App[None]):
         self.query_one(HostsTable).focus()
         self._run_fleet()
 
-    @work(group="fleet", exit_on_error=False)
+    @work(group="fleet")
     async def _run_fleet(self) -> None:
+        # A bug here leaves the worker for _handle_exception, like every worker's.
         try:
             await self.fleet.run(self._fleet_changed)
-        except Exception as exc:
-            self.notify(
-                f"fleet polling stopped: {exc}. Fix: check the hosts config, then restart.",
-                severity="error",
-                timeout=30,
-            )
-            raise
+        except GpuroomError as exc:
+            self.notify(with_fix(f"fleet polling stopped: {exc.message}",
+                                 exc.fix or "check the hosts config, then restart"),
+                        severity="error", timeout=30)
 
     def _fleet_changed(self, host: str) -> None:
         """Called by the fleet in the event loop after every poll outcome. The doctor sees
@@ -239,7 +271,7 @@ class GpuroomApp(App[None]):
             for line in fresh:
                 self._run_notify(line)
 
-    @work(group="notify", exit_on_error=False)
+    @work(group="notify")
     async def _run_notify(self, line: str) -> None:
         argv = [*(self._notify_command or []), sanitize_line(line)]
         try:
@@ -543,7 +575,7 @@ class GpuroomApp(App[None]):
 
     # ------------------------------------------------------------------ workers (network)
 
-    @work(exclusive=True, group="pull", exit_on_error=False)
+    @work(exclusive=True, group="pull")
     async def _send_pull(self, host: str, job: str | None) -> None:
         queue = self.query_one(QueueTable)
         what = f"{host}/{job}" if job else f"{host} (every job)"
@@ -561,7 +593,7 @@ class GpuroomApp(App[None]):
 
         try:
             results = await self.fleet.pull(host, job, progress)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed(f"pull of {what}", host, exc,
                          "check the host is UP; a rerun resumes where it stopped")
             return
@@ -582,12 +614,12 @@ class GpuroomApp(App[None]):
             self.notify(f"pulled {files} file(s) of {len(results)} job(s) from {host}, all "
                         "verified; T shows the gate", timeout=10)
 
-    @work(exclusive=True, group="gate", exit_on_error=False)
+    @work(exclusive=True, group="gate")
     async def _check_gate(self, host: str) -> None:
         self.notify(f"checking the teardown gate of {host}…")
         try:
             result = await self.fleet.gate(host)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed("the gate check", host, exc, "check the host is UP, then T again")
             return
         argv = self.fleet.teardown_argv(host)
@@ -598,7 +630,7 @@ class GpuroomApp(App[None]):
 
         self.push_screen(GateScreen(result, argv), answered)
 
-    @work(exclusive=True, group="teardown", exit_on_error=False)
+    @work(exclusive=True, group="teardown")
     async def _run_teardown(self, result: GateResult, argv: list[str]) -> None:
         host = result.host
         self.notify(f"running your teardown_command for {host}: {shlex.join(argv)}")
@@ -634,8 +666,16 @@ class GpuroomApp(App[None]):
             if h.name == self.selected_host:
                 self._refresh_host_panes()
 
-    def _failed(self, what: str, host: str, exc: Exception, fix: str) -> None:
-        self.notify(f"{what} on {host} failed: {exc}. Fix: {fix}", severity="error", timeout=15)
+    def _failed(self, what: str, host: str, exc: GpuroomError | OSError | asyncio.TimeoutError,
+                fix: str) -> None:
+        """Say what failed on which host and why, with one fix: the error's own when it has
+        one (it knows more), else ``fix``. Bugs never come here (see _handle_exception)."""
+        if isinstance(exc, GpuroomError):
+            why, fix = exc.message, exc.fix or fix
+        else:  # the user's own command (teardown_command): the OS said no
+            why = str(exc) or type(exc).__name__
+        self.notify(with_fix(f"{what} on {host} failed: {why}", fix), severity="error",
+                    timeout=15)
 
     async def _pended(self, host: str, entry: str, call: Awaitable[None], what: str,
                       fix: str) -> None:
@@ -644,23 +684,26 @@ class GpuroomApp(App[None]):
         h = self._pending(host, entry)
         try:
             await call
-        except Exception as exc:
+        except GpuroomError as exc:
             self._unpend(h, entry)
             self._failed(what, host, exc, fix)
+        except Exception:
+            self._unpend(h, entry)  # a bug: nothing is on its way; _handle_exception says so
+            raise
 
-    @work(exclusive=True, group="kill", exit_on_error=False)
+    @work(exclusive=True, group="kill")
     async def _send_kill(self, host: str, job_id: str) -> None:
         await self._pended(host, pending_kill(job_id), self.fleet.queue_kill(host, job_id),
                            f"kill of job {job_id}",
                            "check the host is UP (r polls now), then K again")
 
-    @work(exclusive=True, group="relaunch", exit_on_error=False)
+    @work(exclusive=True, group="relaunch")
     async def _send_relaunch(self, host: str, job_id: str, attempt: int | None) -> None:
         await self._pended(host, pending_relaunch(job_id, attempt),
                            self.fleet.queue_relaunch(host, job_id), f"relaunch of job {job_id}",
                            "check the host is UP (r polls now), then R again")
 
-    @work(exclusive=True, group="add", exit_on_error=False)
+    @work(exclusive=True, group="add")
     async def _send_add(self, host: str, request: AddJobRequest) -> None:
         label = request.name or shlex.join(request.argv)[:30]
         # Shown at once; its id is known only when the box answers.
@@ -671,17 +714,20 @@ class GpuroomApp(App[None]):
                 host, request.argv, name=request.name, gpus=request.gpus,
                 retries=request.retries,
             )
-        except Exception as exc:
+        except GpuroomError as exc:
             self._unpend(h, entry)
             self._failed(f"adding job {label!r}", host, exc,
                          "check the host is UP and the command, then a again")
             return
+        except Exception:
+            self._unpend(h, entry)  # a bug: nothing is on its way; _handle_exception says so
+            raise
         self._unpend(h, entry)
         self._pending(host, pending_add(job_id, label))
 
-    @work(exclusive=True, group="refresh", exit_on_error=False)
+    @work(exclusive=True, group="refresh")
     async def _send_refresh(self, host: str | None) -> None:
         try:
             await self.fleet.refresh(host)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed("poll", host or "the fleet", exc, "see the host's state for the cause")
