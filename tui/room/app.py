@@ -78,10 +78,6 @@ TEARDOWN_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 0.5
 FLEET_PANES_EVERY_S = 0.5
 COALESCE_ABOVE_HOSTS = 20
-# A bug that fires on every frame or tick would bury the screen in toasts: this many within
-# BUG_BURST_S and the room exits, printing the one line (never a traceback).
-BUG_BURST = 5
-BUG_BURST_S = 10.0
 
 class GpuroomCommands(Provider):
     """Every action of KEYS as a ctrl+p command."""
@@ -170,7 +166,6 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
-        self._bugs_at: deque[float] = deque(maxlen=BUG_BURST)
 
     def notify(
         self,
@@ -198,9 +193,11 @@ class GpuroomApp(App[None]):
 
         Textual's own version exits and prints a rich traceback, locals included, to the
         user's terminal. Here a GpuroomError is shown with its fix, anything else is a bug:
-        its traceback goes to the state dir's log (gpuroom.tui.errors.report_bug) and the
-        toast says "internal error: <one line>; details in <path>". The room keeps running;
-        only a burst of bugs, or one before the room is up, ends it, with the same line.
+        its traceback goes to the state dir's log (gpuroom.tui.errors.report_bug) and the user
+        sees "internal error: <one line>; details in <path>".
+        A worker's failure ends only that worker, so it is a toast and the room goes on. Any
+        other exception has stopped the message loop it was raised in (MessagePump breaks out
+        of it), so the room cannot go on: it exits, printing that same line, not a traceback.
         """
         cause = error.error if isinstance(error, WorkerFailed) else error
         try:
@@ -209,15 +206,15 @@ class GpuroomApp(App[None]):
         except NoActiveWorker:
             where = "room"
         text = describe(cause, context=where)
-        now = time.monotonic()
-        if not isinstance(cause, GpuroomError):
-            self._bugs_at.append(now)
-        burst = len(self._bugs_at) == BUG_BURST and now - self._bugs_at[0] < BUG_BURST_S
-        if self.is_running and not burst:
+        if isinstance(error, WorkerFailed) and self.is_running:
             self.notify(text, severity="error", timeout=30)
             return
         code = cause.exit_code if isinstance(cause, GpuroomError) else EXIT_INTERNAL
         self.exit(return_code=code, message=Text(f"gpuroom: {text}"))
+        # What Textual's version signals too: whoever waits for the screen to settle (Pilot)
+        # stops waiting, as the loop that raised will never settle. Unlike Textual's, the
+        # exception is not kept for Pilot to re-raise: the line above is the whole report.
+        self._exception_event.set()
 
     # ------------------------------------------------------------------ layout
 
