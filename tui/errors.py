@@ -13,9 +13,14 @@ cycle.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
@@ -146,3 +151,47 @@ def describe(exc: BaseException, context: str = "") -> str:
     if isinstance(exc, GpuroomError):
         return _flat(str(exc))
     return report_bug(exc, context)
+
+
+class _BugLogHandler(logging.Handler):
+    """A logged exception (asyncio's "Task exception was never retrieved", a library's
+    ``logger.exception``) goes to the bug log, with one line on stderr. Logging's last resort
+    would print its traceback; other records print as one inert line, as it would."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        try:
+            text = record.getMessage()
+        except (TypeError, ValueError) as err:  # a log call whose arguments miss its format
+            text = f"{record.msg!r} ({err})"
+        line = report_bug(exc, context=text) if exc is not None else _flat(text)
+        print(f"gpuroom: {line}", file=sys.stderr)
+
+
+@contextmanager
+def bugs_reported() -> Iterator[None]:
+    """While the CLI runs: an exception no code catches outside the main thread (a thread's,
+    a logged task's, one raised in ``__del__``) is logged as a bug and shown as one line,
+    where Python would print its traceback to the terminal."""
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+            name = args.thread.name if args.thread is not None else "?"
+            line = report_bug(args.exc_value, context=f"thread {name}")
+            print(f"gpuroom: {line}", file=sys.stderr)
+
+    def unraisable_hook(args: sys.UnraisableHookArgs) -> None:
+        if args.exc_value is not None:
+            where = f"{args.err_msg or 'Exception ignored in'}: {args.object!r}"
+            print(f"gpuroom: {report_bug(args.exc_value, context=where)}", file=sys.stderr)
+
+    handler = _BugLogHandler(logging.WARNING)
+    root = logging.getLogger()
+    saved = threading.excepthook, sys.unraisablehook
+    threading.excepthook, sys.unraisablehook = thread_hook, unraisable_hook
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        threading.excepthook, sys.unraisablehook = saved

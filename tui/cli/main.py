@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
-from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe
+from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.view import disk_rows
@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = getattr(args, "func", cmd_room)
     try:
-        return int(func(args))
+        with bugs_reported():
+            return int(func(args))
     except GpuroomError as exc:  # config and usage 2, the rest 1 (each class's exit_code)
         print(f"gpuroom: {describe(exc)}", file=sys.stderr)
         return exc.exit_code
