@@ -678,6 +678,13 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
     try:
         return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
                            job=job, load_test_torch=load_test_torch, state_path=state_path)
+    except OSError as exc:
+        # The link's own failures arrive as LinkError; an OSError is this machine's disk (no
+        # space, no permission under the pull target or the state dir): the user's to fix,
+        # not a bug.
+        raise PullError(f"{link.name}: pulling into {local_dir} failed: {exc}",
+                        "check free space (df -h) and permissions there; a rerun "
+                        "resumes") from exc
     finally:
         await paths.close()
 

@@ -207,3 +207,23 @@ def test_no_error_is_raised_with_a_fix_inside_its_message() -> None:
                 if any("Fix:" in t for t in texts):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+async def test_a_local_disk_error_while_pulling_is_the_users_not_a_bug(tmp_path: Path) -> None:
+    # Regression: an OSError from this machine's disk left pull() raw, so the room and the CLI
+    # would report a full or unwritable pull target as an internal error.
+    from gpuroom.tui.config import HostConfig
+    from gpuroom.tui.transport.link import HostLink
+    from gpuroom.tui.transport.pull import pull
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    link = HostLink(HostConfig(name="local", local=True))
+    try:
+        with pytest.raises(PullError) as err:
+            await pull(link, "/nowhere", blocker / "ck", method="sftp")
+    finally:
+        await link.close()
+    assert err.value.message.startswith(f"local: pulling into {blocker / 'ck'} failed: ")
+    assert err.value.fix is not None and "df -h" in err.value.fix
+    assert isinstance(err.value.__cause__, OSError)
