@@ -310,15 +310,19 @@ def save(config: Config) -> None:
     if settings:
         doc["settings"] = settings
     doc["hosts"] = {name: h.to_toml() for name, h in config.hosts.items()}
-    config.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = config.path.with_name(config.path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        tomli_w.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, config.path)
+    try:
+        config.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            tomli_w.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, config.path)
+    except OSError as exc:  # the user's disk or permissions, not a bug
+        raise _err(config.path, "writing", exc.strerror or str(exc),
+                   "check the directory's permissions and free space, or give --config") from exc
 
 
 def ssh_config_aliases(path: Path) -> list[str]:

@@ -140,3 +140,21 @@ def test_no_traceback_reaches_a_real_terminal(tmp_path: Path, state_home: Path) 
     assert proc.stdout == ""
     assert proc.stderr == f"gpuroom: internal error: KeyError: 'missing'; details in {log}\n"
     assert "gpuroom probe" in log.read_text() and "KeyError: 'missing'" in log.read_text()
+
+
+def test_an_unwritable_config_or_recording_is_the_users_error_not_a_bug(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Regression: both were raw OSErrors, which a verb would now report as internal errors.
+    config = tmp_path / "hosts.toml"
+    (tmp_path / "hosts.toml.tmp").mkdir()  # where save() writes before it renames
+    assert cli.main(["--config", str(config), "hosts", "add", "box"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuroom: {config}: writing: Is a directory. Fix: check the ")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert cli.main(["--config", str(config), "record", str(blocker / "r.jsonl"),
+                     "--polls", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"gpuroom: {blocker / 'r.jsonl'}: cannot record to it (Not a directory). "
+                   "Fix: give a file in a directory you can write\n")
+    assert not internal_log_path().exists()
