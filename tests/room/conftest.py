@@ -22,11 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
               request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A fresh HOME and XDG_STATE_HOME; after the test, no unexpected bug report in it."""
-    home = tmp_path / "home"
-    home.mkdir()
+    """A fresh HOME and XDG_STATE_HOME (apart from tmp_path, which tests list); after the
+    test, no unexpected bug report in it."""
+    home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
     log = internal_log_path()
