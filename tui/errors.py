@@ -182,7 +182,9 @@ def bugs_reported() -> Iterator[None]:
 
     def unraisable_hook(args: sys.UnraisableHookArgs) -> None:
         if args.exc_value is not None:
-            where = f"{args.err_msg or 'Exception ignored in'}: {args.object!r}"
+            # Named by type, not repr(): a repr that raises here would print a traceback.
+            what = getattr(args.object, "__qualname__", type(args.object).__name__)
+            where = f"{args.err_msg or 'Exception ignored in'}: {what}"
             print(f"gpuroom: {report_bug(args.exc_value, context=where)}", file=sys.stderr)
 
     handler = _BugLogHandler(logging.WARNING)

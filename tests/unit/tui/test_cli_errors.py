@@ -158,3 +158,23 @@ def test_an_unwritable_config_or_recording_is_the_users_error_not_a_bug(
     assert err == (f"gpuroom: {blocker / 'r.jsonl'}: cannot record to it (Not a directory). "
                    "Fix: give a file in a directory you can write\n")
     assert not internal_log_path().exists()
+
+
+def test_an_exception_in_del_is_logged_not_printed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    class Leaky:
+        def __del__(self) -> None:
+            raise RuntimeError("closed twice")
+
+    def verb(_args: argparse.Namespace) -> int:
+        Leaky()  # collected at once: Python reports what __del__ raised as "unraisable"
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_status", verb)
+    before = sys.unraisablehook
+    assert cli.main(["status"]) == 0
+    err = capsys.readouterr().err
+    assert err == ("gpuroom: internal error: RuntimeError: closed twice; details in "
+                   f"{internal_log_path()}\n")
+    assert "Leaky.__del__" in internal_log_path().read_text()
+    assert sys.unraisablehook is before
