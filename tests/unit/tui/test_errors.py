@@ -227,3 +227,17 @@ async def test_a_local_disk_error_while_pulling_is_the_users_not_a_bug(tmp_path:
     assert err.value.message.startswith(f"local: pulling into {blocker / 'ck'} failed: ")
     assert err.value.fix is not None and "df -h" in err.value.fix
     assert isinstance(err.value.__cause__, OSError)
+
+
+@pytest.mark.parametrize("module", [
+    "gpuroom.tui.errors", "gpuroom.profiles", "gpuroom.tui.config", "gpuroom.tui.fleet.replay",
+    "gpuroom.tui.transport.link", "gpuroom.tui.fleet.outputs",
+])
+def test_each_error_module_imports_first_in_a_fresh_process(module: str) -> None:
+    """profiles/ and tui/ both import the base: no order of first imports may hit a cycle."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
