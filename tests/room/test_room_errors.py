@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,12 +24,22 @@ from paths import DATA  # noqa: E402  (after TZ is pinned, like the app's import
 
 
 class FailingFleet(StaticFleet):
-    """The healthy scenario's fleet whose queue actions raise ``failure``."""
+    """The healthy scenario's fleet whose queue actions raise ``failure`` (and its polling
+    loop ``run_failure``, after the first round of updates)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.failure: Exception | None = None
+        self.run_failure: Exception | None = None
         self.kills: list[tuple[str, str]] = []
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        if self.run_failure is None:
+            await super().run(on_change)
+            return
+        for h in self.hosts():
+            on_change(h.name)
+        raise self.run_failure
 
     async def queue_kill(self, host: str, job_id: str) -> None:
         self.kills.append((host, job_id))
@@ -161,3 +172,28 @@ async def test_a_bug_line_quoting_a_box_is_inert() -> None:
         assert "\x1b" not in message and "\x07" not in message
         assert message.startswith("internal error: ValueError: job name x; details in ")
     assert "\x1b" not in internal_log_path().read_text()
+
+
+async def test_polling_that_stops_on_a_gpuroom_error_says_so_with_its_fix() -> None:
+    app, fleet = make_app(None)
+    fleet.run_failure = GpuroomError("hosts.toml vanished", "run gpuroom hosts import")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        (message,) = errors(app)
+        assert message == ("fleet polling stopped: hosts.toml vanished. Fix: run gpuroom "
+                           "hosts import")
+        assert app.is_running
+
+
+@pytest.mark.expect_internal_error
+async def test_a_bug_in_the_polling_loop_is_logged_and_the_room_stays() -> None:
+    app, fleet = make_app(None)
+    fleet.run_failure = IndexError("list index out of range")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        (message,) = errors(app)
+        assert message == ("internal error: IndexError: list index out of range; details in "
+                           f"{internal_log_path()}")
+        assert app.is_running and app.selected_host == "h100-a"
+    text = internal_log_path().read_text()
+    assert "room worker fleet" in text and "in run" in text
