@@ -26,6 +26,8 @@ from typing import Any, Literal, get_args
 
 import platformdirs
 
+from gpuroom.tui.errors import GpuroomError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 jump hosts
@@ -62,16 +64,17 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _TOML_LINE_RE = re.compile(r"at line (\d+)")
 
 
-class ProfileError(Exception):
-    """A profile gpuroom cannot use; the message names the file, the field and the fix."""
+class ProfileError(GpuroomError):
+    """A profile gpuroom cannot use; the message names the file and the field."""
+
+    exit_code = 2  # tui/cli/main.py and profiles/cli.py: usage or config error
 
     def __init__(self, path: Path | None, field: str, reason: str, fix: str) -> None:
+        where = f"{path}: " if path is not None else ""
+        super().__init__(f"{where}{field}: {reason}", fix)
         self.path = path
         self.field = field
         self.reason = reason
-        self.fix = fix
-        where = f"{path}: " if path is not None else ""
-        super().__init__(f"{where}{field}: {reason}. Fix: {fix}")
 
 
 class UnknownProfileError(ProfileError):

@@ -20,6 +20,8 @@ from typing import Any
 import platformdirs
 import tomli_w
 
+from gpuroom.tui.errors import GpuroomError, with_fix
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 jump hosts
@@ -33,8 +35,10 @@ _ALIAS_RE = re.compile(r"^[A-Za-z0-9_.@%+:\[\]-]+$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class ConfigError(Exception):
-    """A config file gpuroom cannot use at all; the message names file, place and fix."""
+class ConfigError(GpuroomError):
+    """A config file gpuroom cannot use at all; the message names file and place."""
+
+    exit_code = 2  # tui/cli/main.py: usage or config error
 
 
 def default_config_path() -> Path:
@@ -130,7 +134,7 @@ class Config:
 
 
 def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
-    return ConfigError(f"{path}: {where}: {reason}. Fix: {fix}")
+    return ConfigError(f"{path}: {where}: {reason}", fix)
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
@@ -142,11 +146,11 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
     host = HostConfig(name=name)
     where = f"[hosts.{name}]"
     if not _NAME_RE.match(name):
-        host.error = (f"{path}: {where}: host names may use letters, digits, '.', '_' and '-'."
-                      " Fix: rename the table")
+        host.error = with_fix(f"{path}: {where}: host names may use letters, digits, '.', '_' "
+                              "and '-'", "rename the table")
         return host
     if not isinstance(raw, dict):
-        host.error = f"{path}: {where} must be a table. Fix: write it as [hosts.{name}]"
+        host.error = with_fix(f"{path}: {where} must be a table", f"write it as [hosts.{name}]")
         return host
     problems: list[str] = []
     unknown = sorted(set(raw) - _HOST_KEYS)
@@ -306,15 +310,19 @@ def save(config: Config) -> None:
     if settings:
         doc["settings"] = settings
     doc["hosts"] = {name: h.to_toml() for name, h in config.hosts.items()}
-    config.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = config.path.with_name(config.path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        tomli_w.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, config.path)
+    try:
+        config.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            tomli_w.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, config.path)
+    except OSError as exc:  # the user's disk or permissions, not a bug
+        raise _err(config.path, "writing", exc.strerror or str(exc),
+                   "check the directory's permissions and free space, or give --config") from exc
 
 
 def ssh_config_aliases(path: Path) -> list[str]:

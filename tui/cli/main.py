@@ -1,7 +1,8 @@
 """`gpuroom`: the room (no subcommand) and headless verbs for scripts.
 
 Exit codes: 0 success (every host answered), 3 some host did not answer, 2 usage or config
-error, 1 an action failed on the box.
+error, 1 an action failed on the box, 70 gpuroom itself failed (a bug: one line on stderr,
+the traceback in internal-errors.log under the user's state dir).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.view import disk_rows
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.transport.link import LinkError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -168,9 +169,10 @@ def cmd_room(args: argparse.Namespace) -> int:
     fleet = Fleet(config, recorder=recorder)
     from gpuroom.tui.room.app import GpuroomApp
 
-    GpuroomApp(fleet, bell=config.settings.bell,
-               notify_command=config.settings.notify_command).run()
-    return EXIT_OK
+    app = GpuroomApp(fleet, bell=config.settings.bell,
+                     notify_command=config.settings.notify_command)
+    app.run()
+    return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -229,7 +231,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     app = GpuroomApp(fleet, clock=fleet.now)
     app.sub_title = f"replay of {args.file} at {args.speed:g}x"
     app.run()
-    return EXIT_OK
+    return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,15 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func = getattr(args, "func", cmd_room)
     try:
-        return int(func(args))
-    except cfg.ConfigError as exc:
-        print(f"gpuroom: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except LinkError as exc:
-        print(f"gpuroom: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        with bugs_reported():
+            return int(func(args))
+    except GpuroomError as exc:  # config and usage 2, the rest 1 (each class's exit_code)
+        print(f"gpuroom: {describe(exc)}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: its traceback goes to the log, never to the terminal
+        verb = f"gpuroom {args.command or 'room'}"
+        print(f"gpuroom: {describe(exc, context=verb)}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

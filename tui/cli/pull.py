@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.tui.errors import GpuroomError, describe
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.outputs import NoSuchJob, check_gate, pull_jobs, pull_root, result_lines
+from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.transport.link import LinkError
-from gpuroom.tui.transport.pull import METHODS, Progress, PullError
+from gpuroom.tui.transport.pull import METHODS, Progress
 
 EXIT_NOT_SAFE = 5
 PROGRESS_EVERY_S = 0.5
@@ -45,7 +45,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)}). Fix: gpuroom hosts add {args.host}")
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), hosts[args.host]
 
 
@@ -75,11 +75,8 @@ async def _pull(args: argparse.Namespace) -> int:
     try:
         results = await pull_jobs(link, pull_root(host, args.to), args.job, on_progress=progress,
                                   method=args.method)
-    except NoSuchJob as exc:
-        print(f"gpuroom pull: {exc}", file=sys.stderr)
-        return 1
-    except (LinkError, PullError) as exc:
-        print(f"gpuroom pull: {exc}", file=sys.stderr)
+    except GpuroomError as exc:  # no such job, the link, the manifest
+        print(f"gpuroom pull: {describe(exc)}", file=sys.stderr)
         return 1
     finally:
         await fleet.close()
@@ -94,8 +91,8 @@ async def _gate(args: argparse.Namespace) -> int:
     fleet, _host = _fleet(args)
     try:
         result = await check_gate(fleet.link(args.host))
-    except (LinkError, PullError) as exc:
-        print(f"gpuroom gate: {exc}", file=sys.stderr)
+    except GpuroomError as exc:
+        print(f"gpuroom gate: {describe(exc)}", file=sys.stderr)
         return 1
     finally:
         await fleet.close()

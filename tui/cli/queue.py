@@ -75,7 +75,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)}). Fix: gpuroom hosts add {args.host}")
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), queue_backend(hosts[args.host].profile)
 
 

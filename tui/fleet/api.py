@@ -11,13 +11,14 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.transport.pull import Progress, PullResult
 
 
-class FleetError(Exception):
+class FleetError(GpuroomError):
     """An action the fleet could not do; ``str()`` is the message shown to the user."""
 
 

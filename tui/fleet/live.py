@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
+from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
@@ -56,7 +57,11 @@ class Recorder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._f: IO[str] = open(path, "a", encoding="utf-8")
+        try:
+            self._f: IO[str] = open(path, "a", encoding="utf-8")
+        except OSError as exc:  # the user's path, not a bug
+            raise RecordingError(f"{path}: cannot record to it ({exc.strerror or exc})",
+                                 "give a file in a directory you can write") from exc
 
     def write(self, state: HostState) -> None:
         line = {

@@ -14,6 +14,7 @@ from typing import Any
 import platformdirs
 
 from gpuroom.tui.config import HostConfig
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.rules.gate import GateResult, evaluate, snapshot_jobs
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.link import HostLink, LinkError
@@ -36,8 +37,8 @@ async def queue_jobs(link: HostLink) -> list[dict[str, Any]]:
     return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
 
 
-class NoSuchJob(LookupError):
-    """The job asked for has no checkpoint dir on the host."""
+class NoSuchJob(GpuroomError, LookupError):
+    """The job asked for has no checkpoint dir on the host (still a LookupError, as it was)."""
 
 
 async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.sanitize import sanitize_line
@@ -25,8 +26,10 @@ from gpuroom.tui.sanitize import sanitize_line
 MAX_WAIT_S = 5.0
 
 
-class RecordingError(Exception):
-    """A recording that cannot be replayed; the message names the file, line and fix."""
+class RecordingError(GpuroomError):
+    """A recording that cannot be replayed; the message names the file and line."""
+
+    exit_code = 2  # tui/cli/main.py: usage error (the FILE argument)
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,8 @@ def _parse(path: Path, n: int, raw: str) -> Record:
     try:
         doc = json.loads(raw)
     except ValueError as exc:
-        raise RecordingError(f"{where}: not JSON ({exc}). Fix: cut the line, or record again "
-                             "with `gpuroom record FILE`") from None
+        raise RecordingError(f"{where}: not JSON ({exc})",
+                             "cut the line, or record again with `gpuroom record FILE`") from None
     if not isinstance(doc, dict):
         raise RecordingError(f"{where}: a line must be a JSON object, got {type(doc).__name__}")
     try:
@@ -56,7 +59,7 @@ def _parse(path: Path, n: int, raw: str) -> Record:
         state = LinkState(doc["state"])
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordingError(f"{where}: missing or bad field {exc} (each line needs t, host, "
-                             "state). Fix: was this written by `gpuroom record`?") from None
+                             "state)", "was this written by `gpuroom record`?") from None
     if not isinstance(host, str) or not host:
         raise RecordingError(f"{where}: field host must be a non-empty string")
     snapshot = doc.get("snapshot")
@@ -94,7 +97,7 @@ def load_recording(path: Path) -> list[Record]:
                 break  # the recorder was killed mid-write
             raise
     if not records:
-        raise RecordingError(f"{path}: no records. Fix: record one with `gpuroom record FILE`")
+        raise RecordingError(f"{path}: no records", "record one with `gpuroom record FILE`")
     records.sort(key=lambda r: r.t)
     return records
 

@@ -23,7 +23,9 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input
+from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 
+from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, PendingAction
@@ -182,6 +184,35 @@ class GpuroomApp(App[None]):
         super().notify("\n".join(lines), title=sanitize_line(title), severity=severity,
                        timeout=timeout, markup=False)
 
+    def _handle_exception(self, error: Exception) -> None:
+        """Every exception nothing else caught: a handler's, a timer's, a render's, and a
+        worker's (Textual wraps those in WorkerFailed).
+
+        Textual's own version exits and prints a rich traceback, locals included, to the
+        user's terminal. Here a GpuroomError is shown with its fix, anything else is a bug:
+        its traceback goes to the state dir's log (gpuroom.tui.errors.report_bug) and the user
+        sees "internal error: <one line>; details in <path>".
+        A worker's failure ends only that worker, so it is a toast and the room goes on. Any
+        other exception has stopped the message loop it was raised in (MessagePump breaks out
+        of it), so the room cannot go on: it exits, printing that same line, not a traceback.
+        """
+        cause = error.error if isinstance(error, WorkerFailed) else error
+        try:
+            worker = get_current_worker()
+            where = f"room worker {worker.group}: {worker.description}"
+        except NoActiveWorker:
+            where = "room"
+        text = describe(cause, context=where)
+        if isinstance(error, WorkerFailed) and self.is_running:
+            self.notify(text, severity="error", timeout=30)
+            return
+        code = cause.exit_code if isinstance(cause, GpuroomError) else EXIT_INTERNAL
+        self.exit(return_code=code, message=Text(f"gpuroom: {text}"))
+        # What Textual's version signals too: whoever waits for the screen to settle (Pilot)
+        # stops waiting, as the loop that raised will never settle. Unlike Textual's, the
+        # exception is not kept for Pilot to re-raise: the line above is the whole report.
+        self._exception_event.set()
+
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
@@ -206,17 +237,15 @@ class GpuroomApp(App[None]):
         self.query_one(HostsTable).focus()
         self._run_fleet()
 
-    @work(group="fleet", exit_on_error=False)
+    @work(group="fleet")
     async def _run_fleet(self) -> None:
+        # A bug here leaves the worker for _handle_exception, like every worker's.
         try:
             await self.fleet.run(self._fleet_changed)
-        except Exception as exc:
-            self.notify(
-                f"fleet polling stopped: {exc}. Fix: check the hosts config, then restart.",
-                severity="error",
-                timeout=30,
-            )
-            raise
+        except GpuroomError as exc:
+            self.notify(with_fix(f"fleet polling stopped: {exc.message}",
+                                 exc.fix or "check the hosts config, then restart"),
+                        severity="error", timeout=30)
 
     def _fleet_changed(self, host: str) -> None:
         """Called by the fleet in the event loop after every poll outcome. The doctor sees
@@ -236,7 +265,7 @@ class GpuroomApp(App[None]):
             for line in fresh:
                 self._run_notify(line)
 
-    @work(group="notify", exit_on_error=False)
+    @work(group="notify")
     async def _run_notify(self, line: str) -> None:
         argv = [*(self._notify_command or []), sanitize_line(line)]
         try:
@@ -536,7 +565,7 @@ class GpuroomApp(App[None]):
 
     # ------------------------------------------------------------------ workers (network)
 
-    @work(exclusive=True, group="pull", exit_on_error=False)
+    @work(exclusive=True, group="pull")
     async def _send_pull(self, host: str, job: str | None) -> None:
         queue = self.query_one(QueueTable)
         what = f"{host}/{job}" if job else f"{host} (every job)"
@@ -554,7 +583,7 @@ class GpuroomApp(App[None]):
 
         try:
             results = await self.fleet.pull(host, job, progress)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed(f"pull of {what}", host, exc,
                          "check the host is UP; a rerun resumes where it stopped")
             return
@@ -575,12 +604,12 @@ class GpuroomApp(App[None]):
             self.notify(f"pulled {files} file(s) of {len(results)} job(s) from {host}, all "
                         "verified; T shows the gate", timeout=10)
 
-    @work(exclusive=True, group="gate", exit_on_error=False)
+    @work(exclusive=True, group="gate")
     async def _check_gate(self, host: str) -> None:
         self.notify(f"checking the teardown gate of {host}…")
         try:
             result = await self.fleet.gate(host)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed("the gate check", host, exc, "check the host is UP, then T again")
             return
         argv = self.fleet.teardown_argv(host)
@@ -591,7 +620,7 @@ class GpuroomApp(App[None]):
 
         self.push_screen(GateScreen(result, argv), answered)
 
-    @work(exclusive=True, group="teardown", exit_on_error=False)
+    @work(exclusive=True, group="teardown")
     async def _run_teardown(self, result: GateResult, argv: list[str]) -> None:
         host = result.host
         self.notify(f"running your teardown_command for {host}: {shlex.join(argv)}")
@@ -620,8 +649,16 @@ class GpuroomApp(App[None]):
         if host == self.selected_host:
             self._refresh_host_panes()
 
-    def _failed(self, what: str, host: str, exc: Exception, fix: str) -> None:
-        self.notify(f"{what} on {host} failed: {exc}. Fix: {fix}", severity="error", timeout=15)
+    def _failed(self, what: str, host: str, exc: GpuroomError | OSError | asyncio.TimeoutError,
+                fix: str) -> None:
+        """Say what failed on which host and why, with one fix: the error's own when it has
+        one (it knows more), else ``fix``. Bugs never come here (see _handle_exception)."""
+        if isinstance(exc, GpuroomError):
+            why, fix = exc.message, exc.fix or fix
+        else:  # the user's own command (teardown_command): the OS said no
+            why = str(exc) or type(exc).__name__
+        self.notify(with_fix(f"{what} on {host} failed: {why}", fix), severity="error",
+                    timeout=15)
 
     async def _pended(self, host: str, action: PendingAction, call: Awaitable[None],
                       what: str, fix: str) -> None:
@@ -630,25 +667,28 @@ class GpuroomApp(App[None]):
         self._mark(host, action)
         try:
             await call
-        except Exception as exc:
+        except GpuroomError as exc:
             self._unmark(host, action)
             self._failed(what, host, exc, fix)
+        except Exception:
+            self._unmark(host, action)  # a bug: nothing is on its way; _handle_exception says so
+            raise
 
-    @work(exclusive=True, group="kill", exit_on_error=False)
+    @work(exclusive=True, group="kill")
     async def _send_kill(self, host: str, job_id: str) -> None:
         await self._pended(host, PendingAction("kill", job_id, self.clock()),
                            self.fleet.queue_kill(host, job_id),
                            f"kill of job {job_id}",
                            "check the host is UP (r polls now), then K again")
 
-    @work(exclusive=True, group="relaunch", exit_on_error=False)
+    @work(exclusive=True, group="relaunch")
     async def _send_relaunch(self, host: str, job_id: str, attempt: int | None) -> None:
         await self._pended(host, PendingAction("relaunch", job_id, self.clock(),
                                                attempt=attempt),
                            self.fleet.queue_relaunch(host, job_id), f"relaunch of job {job_id}",
                            "check the host is UP (r polls now), then R again")
 
-    @work(exclusive=True, group="add", exit_on_error=False)
+    @work(exclusive=True, group="add")
     async def _send_add(self, host: str, request: AddJobRequest) -> None:
         label = request.name or shlex.join(request.argv)[:30]
         # Shown at once; its id is known only when the box answers.
@@ -659,17 +699,20 @@ class GpuroomApp(App[None]):
                 host, request.argv, name=request.name, gpus=request.gpus,
                 retries=request.retries,
             )
-        except Exception as exc:
+        except GpuroomError as exc:
             self._unmark(host, sent)
             self._failed(f"adding job {label!r}", host, exc,
                          "check the host is UP and the command, then a again")
             return
+        except Exception:
+            self._unmark(host, sent)  # a bug: nothing is on its way; _handle_exception says so
+            raise
         self._unmark(host, sent)
         self._mark(host, PendingAction("add", job_id, self.clock(), label=label))
 
-    @work(exclusive=True, group="refresh", exit_on_error=False)
+    @work(exclusive=True, group="refresh")
     async def _send_refresh(self, host: str | None) -> None:
         try:
             await self.fleet.refresh(host)
-        except Exception as exc:
+        except GpuroomError as exc:
             self._failed("poll", host or "the fleet", exc, "see the host's state for the cause")

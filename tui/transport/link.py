@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Protocol
 import asyncssh
 
 from gpuroom.tui.config import HostConfig, check_alias
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
@@ -52,14 +53,13 @@ _CHECK_SNIPPET = (
 )
 
 
-class LinkError(Exception):
-    """No usable answer from a host. The message names the host, the cause and the fix."""
+class LinkError(GpuroomError):
+    """No usable answer from a host. The message names the host and the cause."""
 
     def __init__(self, host: str, message: str, *, fix: str | None = None) -> None:
+        super().__init__(f"{host}: {message}", fix)
         self.host = host
         self.reason = message
-        self.fix = fix
-        super().__init__(f"{host}: {message}" + (f". Fix: {fix}" if fix else ""))
 
 
 class RemoteFileError(LinkError):

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import platformdirs
 
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.transport.link import (
     CONNECT_TIMEOUT_S,
@@ -121,7 +122,7 @@ class PullResult:
         return [f for f in self.files if f.status in ("failed", "refused")]
 
 
-class PullError(Exception):
+class PullError(GpuroomError):
     """The pull could not start (no manifest); per-file problems are in PullResult."""
 
 
@@ -677,6 +678,13 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
     try:
         return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
                            job=job, load_test_torch=load_test_torch, state_path=state_path)
+    except OSError as exc:
+        # The link's own failures arrive as LinkError; an OSError is this machine's disk (no
+        # space, no permission under the pull target or the state dir): the user's to fix,
+        # not a bug.
+        raise PullError(f"{link.name}: pulling into {local_dir} failed: {exc}",
+                        "check free space (df -h) and permissions there; a rerun "
+                        "resumes") from exc
     finally:
         await paths.close()
 
@@ -763,8 +771,8 @@ def load_records(path: Path | None = None) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     except ValueError as exc:
-        raise PullError(f"{p} is not valid JSON ({exc}); fix or move it: the teardown gate "
-                        "reads it") from exc
+        raise PullError(f"{p} is not valid JSON ({exc})",
+                        "repair or move it: the teardown gate reads it") from exc
     pulls = doc.get("pulls") if isinstance(doc, dict) else None
     return [r for r in pulls if isinstance(r, dict)] if isinstance(pulls, list) else []
 
