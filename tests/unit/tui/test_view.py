@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from paths import DATA
 
+from gpuroom.remote import gpu
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.view import (
     LogChunk,
@@ -96,6 +97,15 @@ def test_gpu_rows_from_the_throttle_scenario() -> None:
     assert a10.throttle == ("hw_slowdown", "hw_power_brake_slowdown")
     assert a10.throttle_short == "HwSlow,PwrBrake"
     assert rtx.throttle == ("sw_power_cap",) and rtx.level == "warn"
+
+
+def test_gpu_rows_read_the_reasons_the_helper_writes() -> None:
+    # The helper's own GPU dict (remote/gpu.py, from a csv row of the clock-reason mask) names
+    # the field clock_event_reasons; the pane read only older spellings and showed "-".
+    row = gpu.parse_query_csv("index, clocks_throttle_reasons.active\n0, 0x0000000000000025\n")[0]
+    (shown,) = gpu_rows({"gpus": [gpu.gpu_from_query_row(row, 0)]})
+    assert shown.throttle == ("sw_power_cap", "sw_thermal_slowdown")
+    assert shown.level == "warn"
 
 
 def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
