@@ -97,7 +97,7 @@ async def test_a_job_death_stays_said_until_cleared() -> None:
         await pilot.pause()
         assert not isinstance(app.screen, FindingsScreen)
         # Cleared: the failed job itself is still said, in fewer words.
-        assert banner_texts(app) == ["CRITICAL h100-a: job train failed"]
+        assert banner_texts(app) == ["CRITICAL h100-a: job train failed by 9"]
 
 
 async def test_idle_box_banner_and_billed_column() -> None:

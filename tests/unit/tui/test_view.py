@@ -335,6 +335,20 @@ def test_host_row_never_polled() -> None:
     assert row.state == "DOWN: never answered" and row.gpus == "-" and row.level == "crit"
 
 
+def test_a_signalled_end_shows_its_signal() -> None:
+    # remote/queue_runner.py records a job killed by a signal as exit_code None and the
+    # signal's name; the exit column and the banner line showed nothing for it.
+    job = {"id": "j5", "name": "ft", "state": "failed",
+           "attempts": [{"attempt": 1, "exit_code": None, "signal": "SIGKILL"}]}
+    host = up({"queue": {"queues": {"default": {"jobs": [job]}}}}, "h")
+    (row,) = job_rows(host, NOW)
+    assert (row.exit_code, row.signal, row.ended_by) == (None, "SIGKILL", "SIGKILL")
+    assert [d.text for d in failed_job_dangers([host], NOW)] == [
+        "CRITICAL h: job ft failed by SIGKILL"]
+    job["attempts"][0].update(exit_code=3, signal=None)
+    assert job_rows(host, NOW)[0].ended_by == "3"
+
+
 def test_failed_job_dangers_skip_jobs_a_finding_explains() -> None:
     failed = scenario_host("failed", "h100-a")
     items = failed_job_dangers([failed], NOW)
