@@ -137,8 +137,12 @@ def test_gpu_summary_for_the_hosts_table() -> None:
     rows = gpu_rows(scenario_host("healthy", "h100-a").snapshot)
     count, sm, power = gpu_summary(rows)
     assert count == "8x H100 80GB"
-    assert sm == "1980/1980"
+    assert sm == "-"  # the H100 capture (a plain nvidia-smi table) prints no clocks
     assert power == f"{259 + 264 + 266 + 268 + 246 + 249 + 263 + 245}/5600"
+    # The throttle captures (-q) do: the mean SM clock of its two boards over their max.
+    throttled = gpu_summary(gpu_rows(scenario_host("throttle", "a10-c").snapshot))
+    assert throttled == ("2x mixed", f"{(210 + 300) // 2}/{(1695 + 2130) // 2}",
+                         f"{round(21.3 + 18.31)}/{150 + 215}")
     assert gpu_summary([]) == ("0", "-", "-")
 
 
@@ -227,10 +231,11 @@ def test_job_rows_from_the_healthy_scenario() -> None:
     done, running, queued = job_rows(h, NOW)
     assert (running.id, running.state, running.attempt) == ("j3", "running", 2)
     # Ages come from the box clock extrapolated with the injected now: fixed, not wall time.
-    assert fmt_age(running.runtime_s) == "3h07m"
-    assert fmt_age(running.ckpt_age_s) == "9m"
-    assert running.command.startswith("torchrun --nproc-per-node=8 train.py")
-    assert (done.exit_code, fmt_age(done.runtime_s)) == (0, "1h00m")
+    # The builder polls 5 s into the second attempt; now is 30 s after that poll.
+    assert fmt_age(running.runtime_s) == "35s"
+    assert fmt_age(running.ckpt_age_s) == "35s"  # saved by the first attempt
+    assert running.command == "python3 train.py --config llama1b.yaml"
+    assert (done.exit_code, fmt_age(done.runtime_s)) == (0, "0s")
     assert queued.runtime_s is None and queued.ckpt_age_s is None
 
 
@@ -284,7 +289,7 @@ def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
     h = scenario_host("healthy", "h100-a")
     chunk = log_chunk(h.snapshot, "j3")
     assert chunk is not None and chunk.offset == 0 and not chunk.reset
-    assert chunk.data.startswith(b"loading config")
+    assert chunk.data.startswith(b"=== gpuroom j3 attempt 1 ")  # the queue's attempt header
     assert log_chunk(h.snapshot, "j2") is None  # no log section
     bad = {"queue": {"jobs": [{"id": "x", "log": {"data_b64": "!!not base64!!"}}]}}
     assert log_chunk(bad, "x") is None
@@ -352,7 +357,7 @@ def test_a_signalled_end_shows_its_signal() -> None:
 def test_failed_job_dangers_skip_jobs_a_finding_explains() -> None:
     failed = scenario_host("failed", "h100-a")
     items = failed_job_dangers([failed], NOW)
-    assert [d.text for d in items] == ["CRITICAL h100-a: job finetune failed exit 137"]
+    assert [d.text for d in items] == ["CRITICAL h100-a: job finetune failed by SIGKILL"]
     assert items[0].level == "crit"
     # The doctor named the job: its line says more, this one is dropped.
     job_id = next(j.id for j in job_rows(failed, NOW) if j.state == "failed")
@@ -369,4 +374,5 @@ def test_log_section_round_trip_of_the_scenario_text() -> None:
     h = scenario_host("healthy", "h100-a")
     jobs = h.snapshot["queue"]["queues"]["default"]["jobs"]  # type: ignore[index]
     raw = next(j for j in jobs if j["id"] == "j3")["log_chunk"]["data_b64"]
-    assert base64.b64decode(raw).count(b"\n") == 8
+    # Two attempts, each under the queue's header line: 4 lines, then 8 (a \r redraw is one).
+    assert base64.b64decode(raw).count(b"\n") == 1 + 4 + 1 + 8
