@@ -62,7 +62,9 @@ def private_mounts() -> None:
         raise SystemExit("run as root: the builder mounts a tmpfs and a boot id (README)")
     env = dict(os.environ, GPUROOM_DATA_NS="1")
     argv = ["unshare", "--mount", "--propagation", "private", sys.executable, *sys.argv]
-    raise SystemExit(subprocess.run(argv, env=env, check=False).returncode)
+    code = subprocess.run(argv, env=env, check=False).returncode
+    shutil.rmtree(WORK, ignore_errors=True)
+    raise SystemExit(code)
 
 
 @contextlib.contextmanager
@@ -99,6 +101,7 @@ def boot_id(new: str) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["umount", hostinfo.BOOT_ID_PATH], check=True)
+        src.unlink()
 
 
 @contextlib.contextmanager
@@ -146,6 +149,7 @@ def cgroup_capture(rel: str) -> Iterator[None]:
         yield
     finally:
         probe.COLLECTORS[:] = saved
+        shutil.rmtree(root)
 
 
 def fixture(rel: str) -> Path:
