@@ -64,7 +64,7 @@ class QueueTable(RowTable):
                 state,
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
-                Text("-" if j.exit_code is None else str(j.exit_code)),
+                Text(j.ended_by),
                 Text(_cut(j.command, COMMAND_WIDTH)),
                 Text(fmt_age(j.ckpt_age_s)),
             ]

@@ -1,7 +1,7 @@
 """Screens of the control room as SVG baselines (pytest-textual-snapshot).
 
-Data: tests/data/scenario-*.json (real probe of the dev VM + GPU values from
-/work/shared/fixtures captures; see tests/data/README.md). The clock is injected, TZ pinned,
+Data: tests/data/scenario-*.json (the real helper's snapshots, its GPUs replayed from the
+shared fixture captures; see tests/data/README.md). The clock is injected, TZ pinned,
 and no toast is on screen, so the same inputs always draw the same picture.
 """
 

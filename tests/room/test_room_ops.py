@@ -41,7 +41,8 @@ def banner_texts(app: GpuroomApp) -> list[str]:
 @pytest.mark.parametrize(("name", "line"), [
     ("cgroup_oom", "CRITICAL h100-a: job default/j1 (train) died: cgroup OOM-kill [U9]"),
     ("reboot", "CRITICAL h100-a: job default/j1 (train) died: the box rebooted [GEN6]"),
-    ("xid79", "CRITICAL h100-a: job default/j1 (train) died: Xid 79, the GPU is dead [U22]"),
+    ("xid79", "CRITICAL h100-a: job default/j1 (train) died: GPU fell off the bus, the GPU is "
+              "dead [U22]"),
     ("inode_full", "CRITICAL h100-a: /data: inodes 99 % used [U7]"),
     ("throttle", "WARN a10-c: GPU 0 (NVIDIA A10) is throttling [U23]"),
 ])
@@ -76,7 +77,7 @@ async def test_a_job_death_stays_said_until_cleared() -> None:
         await pilot.pause()
         assert not isinstance(app.screen, FindingsScreen)
         # Cleared: the failed job itself is still said, in fewer words.
-        assert banner_texts(app) == ["CRITICAL h100-a: job train failed"]
+        assert banner_texts(app) == ["CRITICAL h100-a: job train failed by SIGKILL"]
 
 
 async def test_idle_box_banner_and_billed_column() -> None:
@@ -90,7 +91,9 @@ async def test_idle_box_banner_and_billed_column() -> None:
             "CRITICAL idle-box: idle 3.0 h while billing: $7.47 burnt (no job running, GPU "
             "at idle power)"]
         row = app.query_one(HostsTable).hosts[0]
-        assert row.billed == "$9.96 4.0h"
+        # Billed since boot: the box's uptime at its last poll, at $2.49/h.
+        hours = records[-1].snapshot["host"]["uptime_s"] / 3600  # type: ignore[index]
+        assert row.billed == f"${hours * 2.49:.2f} {hours:.1f}h"
 
 
 async def test_notify_command_and_bell_once_per_new_critical(tmp_path: Path) -> None:

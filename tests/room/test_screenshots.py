@@ -21,7 +21,7 @@ MUST_SHOW = {
     "healthy-80x24": ["h100-a", "rtx-b", "queue h100-a", "llama-1b"],
     "throttle": ["a10-c", "throttl", "HwSlow", "SwPwrCap"],
     "inode": ["h100-a", "/data", "99%"],
-    "failed": ["finetune", "failed", "137", "Killed"],
+    "failed": ["finetune", "failed", "SIGKILL", "epoch 1 step 200"],
     "stale": ["rtx-b", "STALE", "queue rtx-b"],
     "help": ["gpuroom keys", "interactive ssh to the selected host"],
 }

@@ -259,8 +259,10 @@ def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
                 util_mem=_num(_get(g, "util_mem_pct", "util_mem")),
                 mem_used_mib=_mib(g, "mem_used_mib", "mem_used_bytes", "mem_used"),
                 mem_total_mib=_mib(g, "mem_total_mib", "mem_total_bytes", "mem_total"),
+                # The helper writes clock_event_reasons (remote/gpu.py); the others are
+                # older spellings still in recordings.
                 throttle=_throttle_reasons(
-                    _get(g, "clock_reasons", "throttle_reasons")
+                    _get(g, "clock_event_reasons", "clock_reasons", "throttle_reasons")
                 ),
             )
         )
@@ -416,6 +418,16 @@ class JobRow:
     ckpt_age_s: float | None
     pending: str | None = None  # "kill", "relaunch", "add" while the box has not confirmed
     slurm: str = ""  # Slurm id, state, reason, time left (slurm_summary); "" for a box job
+    # The queue records a signalled end as exit_code None and the signal's name
+    # (remote/queue_runner.py), so the exit column alone read "-" for a SIGKILLed job.
+    signal: str = ""
+
+    @property
+    def ended_by(self) -> str:
+        """The exit column: the exit code, else the signal that ended the attempt, else "-"."""
+        if self.exit_code is not None:
+            return str(self.exit_code)
+        return self.signal or "-"
 
     @property
     def level(self) -> Level:
@@ -507,6 +519,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 ckpt_age_s=None if ckpt is None else t - ckpt,
                 pending=pend,
                 slurm=slurm_summary(j),
+                signal=_str(_get(last, "signal")) if last else "",
             )
         )
     for action in host.pending:
@@ -716,7 +729,8 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
             named = re.compile(rf"/{re.escape(j.id)}\b")
             if any(host == h.name and named.search(title) for host, title in said):
                 continue
-            code = f" exit {j.exit_code}" if j.exit_code is not None else ""
+            code = (f" exit {j.exit_code}" if j.exit_code is not None
+                    else f" by {j.signal}" if j.signal else "")
             out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
                                               f"{j.state}{code}"))
     return out

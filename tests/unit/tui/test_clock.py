@@ -7,7 +7,7 @@ import sys
 from paths import DATA
 
 sys.path.insert(0, str(DATA / "doctor"))
-import build_recordings as rec
+import parts as rec
 
 from gpuroom.profiles import load_profile
 from gpuroom.tui.rules.clock import IdleTracker, banner_lines, host_clocks, walltime_left
@@ -21,7 +21,7 @@ def _kinds(items: list) -> dict[str, str]:  # type: ignore[type-arg]
 
 def test_idle_escalates_and_a_running_job_resets_it() -> None:
     tracker = IdleTracker()
-    idle = rec.snapshot(T, gpus=[rec.h100_idle()])
+    idle = rec.snapshot(T, gpus=[rec.idle_gpu()])
     tracker.feed("b", idle, T)
     for minutes, sev in ((5, None), (20, "info"), (45, "warn"), (150, "critical")):
         tracker.feed("b", idle, T + minutes * 60)

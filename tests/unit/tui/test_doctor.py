@@ -1,7 +1,7 @@
 """Each doctor rule fires on its evidence and stays quiet without it (positive + negative).
 
-Snapshots come from tests/data/doctor/build_recordings.py (the real probe plus fixture
-values cited there); ``now`` is injected.
+Snapshots are parts of the committed recordings (tests/data/doctor/parts.py: what the real
+helper wrote, a value varied where a rule needs it); ``now`` is injected.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from paths import DATA
 
 sys.path.insert(0, str(DATA / "doctor"))
-import build_recordings as rec
+import parts as rec
 
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.rules.doctor import diagnose
@@ -35,18 +35,23 @@ def test_quiet_on_a_healthy_training_box() -> None:
 
 
 def test_u21_needs_two_underfed_samples() -> None:
-    under = rec.snapshot(T, gpus=[rec.morpheus_underfed()])
+    # U21's "busy util, idle board": the A10 capture's clocks and power, util at 99 %.
+    board = rec.vary(rec.a10_throttled(), util_gpu_pct=99, clock_event_reasons=[])
+    under = rec.snapshot(T, gpus=[board])
     assert ids(under, under) == {"U21"}
     assert ids(rec.snapshot(T, gpus=[rec.h100(0)]), under) == set()
 
 
 def test_u23_reasons_and_hot_slow_clock() -> None:
     assert ids(None, rec.snapshot(T, gpus=[rec.a10_throttled()])) == {"U23"}
-    hot = rec.h100(0, temp=86.0)
-    hot["clock_sm_mhz"] = 1200
+    # No reason reported, but hot and slow (SM 210 of 1695 MHz at 86 C).
+    hot = rec.vary(rec.a10_throttled(), temp_c=86, clock_event_reasons=[])
     assert ids(None, rec.snapshot(T, gpus=[hot])) == {"U23"}
-    warm = rec.h100(0, temp=86.0)  # hot but at full clock: not throttling
+    warm = rec.vary(rec.a10_throttled(), temp_c=86, clock_event_reasons=[],
+                    clock_sm_mhz=1695)  # hot but at full clock: not throttling
     assert ids(None, rec.snapshot(T, gpus=[warm])) == set()
+    # The H100 capture has no clocks: hot alone says nothing.
+    assert ids(None, rec.snapshot(T, gpus=[rec.h100(0, temp=86.0)])) == set()
 
 
 def test_u38_zero_util_while_log_grows() -> None:
@@ -68,11 +73,12 @@ def test_u43_silent_log_with_advancing_checkpoint() -> None:
 
 def test_u7_inodes_even_with_bytes_fine() -> None:
     assert ids(None, rec.snapshot(T, disks=[rec.inode_full_disk()])) == {"U7"}
-    assert ids(None, rec.snapshot(T)) == set()  # the VM's real disks: 3 % inodes used
+    assert ids(None, rec.snapshot(T)) == set()  # the VM's real disks: few inodes used
 
 
 def test_u6_full_disk_tmp_file_and_projected_checkpoint() -> None:
-    d = rec.inode_full_disk() | {"free_inodes": 20_000_000}
+    d = rec.inode_full_disk()
+    rec.vary(d, free_inodes=d["total_inodes"])  # inodes fine: bytes alone
     full = d | {"free_bytes": d["total_bytes"] // 50}
     assert ids(None, rec.snapshot(T, disks=[full])) == {"U6"}
     low = d | {"free_bytes": d["total_bytes"] // 12}
@@ -80,7 +86,7 @@ def test_u6_full_disk_tmp_file_and_projected_checkpoint() -> None:
     assert ids(None, rec.snapshot(T, disks=[low], jobs=[rec.job(ckpt=tmp)])) == {"U6"}
     big = {"path": "/data/ckpt/latest.pth", "size": 60 << 30, "mtime": T}
     assert ids(None, rec.snapshot(T, disks=[low], jobs=[rec.job(ckpt=big)])) == {"U6"}
-    small = dict(big, size=1 << 30)
+    small = dict(big, size=d["free_bytes"] // 2)
     assert ids(None, rec.snapshot(T, disks=[d], jobs=[rec.job(ckpt=small)])) == set()
 
 
@@ -111,14 +117,15 @@ def test_u10_only_when_the_job_records_its_ask() -> None:
 
 
 @pytest.mark.parametrize(("attempt", "expected", "severity"), [
-    ({"signal": 15, "end_reason": "exited"}, "ended by signal 15", "warn"),
-    ({"signal": 15, "end_reason": "killed"}, "was killed on request", "info"),
+    # remote/queue_runner.py records a signal by its name.
+    ({"signal": "SIGTERM", "end_reason": "exited"}, "ended by signal SIGTERM", "warn"),
+    ({"signal": "SIGTERM", "end_reason": "killed"}, "was killed on request", "info"),
     ({"exit_code": 1, "end_reason": "exited"}, "exited with code 1", "warn"),
 ])
 def test_u3_bottom_of_the_ladder(attempt: dict[str, Any], expected: str, severity: str) -> None:
     prev = _running()
     j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5, **attempt)
-    out = diagnose(prev, rec.snapshot(T + 5, gpus=[rec.h100_idle()], jobs=[j]),
+    out = diagnose(prev, rec.snapshot(T + 5, gpus=[rec.idle_gpu()], jobs=[j]),
                    LinkState.UP, None, T + 5, host="h")
     assert [(f.id, f.severity) for f in out] == [("U3", severity)]
     assert expected in out[0].title
@@ -126,10 +133,12 @@ def test_u3_bottom_of_the_ladder(attempt: dict[str, Any], expected: str, severit
 
 def test_kernel_oom_line_naming_the_pid_and_not_another() -> None:
     prev = _running()
-    j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5, signal=9)
-    mine = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(184256)])
+    j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5,
+                  signal="SIGKILL")
+    pid = j["attempts"][-1]["pid"]
+    mine = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(pid)])
     assert ids(prev, mine) == {"U9"}
-    other = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(999)])
+    other = rec.snapshot(T + 5, jobs=[j], events=[rec.oom_event(pid + 1)])
     assert ids(prev, other) == {"U3"}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from paths import DATA
 
+from gpuroom.remote import gpu
 from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.view import (
     LogChunk,
@@ -95,6 +96,15 @@ def test_gpu_rows_from_the_throttle_scenario() -> None:
     assert rtx.throttle == ("sw_power_cap",) and rtx.level == "warn"
 
 
+def test_gpu_rows_read_the_reasons_the_helper_writes() -> None:
+    # The helper's own GPU dict (remote/gpu.py, from a csv row of the clock-reason mask) names
+    # the field clock_event_reasons; the pane read only older spellings and showed "-".
+    row = gpu.parse_query_csv("index, clocks_throttle_reasons.active\n0, 0x0000000000000025\n")[0]
+    (shown,) = gpu_rows({"gpus": [gpu.gpu_from_query_row(row, 0)]})
+    assert shown.throttle == ("sw_power_cap", "sw_thermal_slowdown")
+    assert shown.level == "warn"
+
+
 def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
     snap = {"gpus": {"devices": [{"name": "X", "power_w": "55.5", "throttle_reasons": "bad"},
                                  "not a dict", {"index": 3, "mem_used_mib": 512,
@@ -124,8 +134,12 @@ def test_gpu_summary_for_the_hosts_table() -> None:
     rows = gpu_rows(scenario_host("healthy", "h100-a").snapshot)
     count, sm, power = gpu_summary(rows)
     assert count == "8x H100 80GB"
-    assert sm == "1980/1980"
+    assert sm == "-"  # the H100 capture (a plain nvidia-smi table) prints no clocks
     assert power == f"{259 + 264 + 266 + 268 + 246 + 249 + 263 + 245}/5600"
+    # The throttle captures (-q) do: the mean SM clock of its two boards over their max.
+    throttled = gpu_summary(gpu_rows(scenario_host("throttle", "a10-c").snapshot))
+    assert throttled == ("2x mixed", f"{(210 + 300) // 2}/{(1695 + 2130) // 2}",
+                         f"{round(21.3 + 18.31)}/{150 + 215}")
     assert gpu_summary([]) == ("0", "-", "-")
 
 
@@ -214,10 +228,11 @@ def test_job_rows_from_the_healthy_scenario() -> None:
     done, running, queued = job_rows(h, NOW)
     assert (running.id, running.state, running.attempt) == ("j3", "running", 2)
     # Ages come from the box clock extrapolated with the injected now: fixed, not wall time.
-    assert fmt_age(running.runtime_s) == "3h07m"
-    assert fmt_age(running.ckpt_age_s) == "9m"
-    assert running.command.startswith("torchrun --nproc-per-node=8 train.py")
-    assert (done.exit_code, fmt_age(done.runtime_s)) == (0, "1h00m")
+    # The builder polls 5 s into the second attempt; now is 30 s after that poll.
+    assert fmt_age(running.runtime_s) == "35s"
+    assert fmt_age(running.ckpt_age_s) == "35s"  # saved by the first attempt
+    assert running.command == "python3 train.py --config llama1b.yaml"
+    assert (done.exit_code, fmt_age(done.runtime_s)) == (0, "0s")
     assert queued.runtime_s is None and queued.ckpt_age_s is None
 
 
@@ -271,7 +286,7 @@ def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
     h = scenario_host("healthy", "h100-a")
     chunk = log_chunk(h.snapshot, "j3")
     assert chunk is not None and chunk.offset == 0 and not chunk.reset
-    assert chunk.data.startswith(b"loading config")
+    assert chunk.data.startswith(b"=== gpuroom j3 attempt 1 ")  # the queue's attempt header
     assert log_chunk(h.snapshot, "j2") is None  # no log section
     bad = {"queue": {"jobs": [{"id": "x", "log": {"data_b64": "!!not base64!!"}}]}}
     assert log_chunk(bad, "x") is None
@@ -322,10 +337,24 @@ def test_host_row_never_polled() -> None:
     assert row.state == "DOWN: never answered" and row.gpus == "-" and row.level == "crit"
 
 
+def test_a_signalled_end_shows_its_signal() -> None:
+    # remote/queue_runner.py records a job killed by a signal as exit_code None and the
+    # signal's name; the exit column and the banner line showed nothing for it.
+    job = {"id": "j5", "name": "ft", "state": "failed",
+           "attempts": [{"attempt": 1, "exit_code": None, "signal": "SIGKILL"}]}
+    host = up({"queue": {"queues": {"default": {"jobs": [job]}}}}, "h")
+    (row,) = job_rows(host, NOW)
+    assert (row.exit_code, row.signal, row.ended_by) == (None, "SIGKILL", "SIGKILL")
+    assert [d.text for d in failed_job_dangers([host], NOW)] == [
+        "CRITICAL h: job ft failed by SIGKILL"]
+    job["attempts"][0].update(exit_code=3, signal=None)
+    assert job_rows(host, NOW)[0].ended_by == "3"
+
+
 def test_failed_job_dangers_skip_jobs_a_finding_explains() -> None:
     failed = scenario_host("failed", "h100-a")
     items = failed_job_dangers([failed], NOW)
-    assert [d.text for d in items] == ["CRITICAL h100-a: job finetune failed exit 137"]
+    assert [d.text for d in items] == ["CRITICAL h100-a: job finetune failed by SIGKILL"]
     assert items[0].level == "crit"
     # The doctor named the job: its line says more, this one is dropped.
     job_id = next(j.id for j in job_rows(failed, NOW) if j.state == "failed")
@@ -342,7 +371,8 @@ def test_log_section_round_trip_of_the_scenario_text() -> None:
     h = scenario_host("healthy", "h100-a")
     jobs = h.snapshot["queue"]["queues"]["default"]["jobs"]  # type: ignore[index]
     raw = next(j for j in jobs if j["id"] == "j3")["log_chunk"]["data_b64"]
-    assert base64.b64decode(raw).count(b"\n") == 8
+    # Two attempts, each under the queue's header line: 4 lines, then 8 (a \r redraw is one).
+    assert base64.b64decode(raw).count(b"\n") == 1 + 4 + 1 + 8
 
 
 def test_an_add_the_box_has_not_answered_shows_its_label_and_stays_pending() -> None:
