@@ -270,12 +270,26 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
     return settings
 
 
-def load(path: Path | None = None) -> Config:
-    """Read hosts.toml; a missing file is an empty config (the local host is shown)."""
+def load_named(named: str | None, *, creating: bool = False) -> Config:
+    """The config a verb's ``--config`` names, or the default one when it names none.
+
+    A missing default file is an empty config (the room shows the local machine); a file the
+    user named that does not exist is a mistake (a typo would otherwise open an empty room),
+    unless the verb is about to write it (``creating``: hosts add / import).
+    """
+    return load(Path(named) if named else None, must_exist=bool(named) and not creating)
+
+
+def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
+    """Read hosts.toml; a missing file is an empty config unless ``must_exist``."""
     path = (path or default_config_path()).expanduser()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if must_exist:
+            raise _err(path, "reading", "no such file",
+                       "check the path given to --config, or leave --config out to use "
+                       f"{default_config_path()}") from None
         return Config(path=path)
     except (OSError, UnicodeDecodeError) as exc:
         raise _err(path, "reading", str(exc), "check the file's permissions and encoding") from exc

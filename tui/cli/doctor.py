@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -92,7 +91,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import time
 
-    config = cfg.load(Path(args.config) if getattr(args, "config", None) else None)
+    config = cfg.load_named(getattr(args, "config", None))
     names = [h.name for h in config.effective_hosts()]
     if args.host is not None and args.host not in names:
         print(f"gpuroom: no host {args.host!r} in {config.path} (have: {', '.join(names)})",

@@ -27,8 +27,8 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
 
-def _load(args: argparse.Namespace) -> cfg.Config:
-    return cfg.load(Path(args.config) if args.config else None)
+def _load(args: argparse.Namespace, *, creating: bool = False) -> cfg.Config:
+    return cfg.load_named(args.config, creating=creating)
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = _load(args, creating=args.hosts_cmd in ("add", "import"))
     if args.hosts_cmd == "list":
         if not config.hosts:
             print(f"no hosts in {config.path}; gpuroom shows the local machine")

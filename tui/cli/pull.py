@@ -10,7 +10,6 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -41,7 +40,7 @@ def add_cli(sub: Any) -> None:
 
 
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
-    config = cfg.load(Path(args.config) if getattr(args, "config", None) else None)
+    config = cfg.load_named(getattr(args, "config", None))
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "

@@ -71,7 +71,7 @@ def add_cli(sub: Any) -> None:
 
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     """The fleet and the host's queue backend (``slurm`` when its profile is slurm)."""
-    config = cfg.load(args.config and __import__("pathlib").Path(args.config))
+    config = cfg.load_named(args.config)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "

@@ -152,6 +152,8 @@ def test_an_unwritable_config_or_recording_is_the_users_error_not_a_bug(
     assert err.startswith(f"gpuroom: {config}: writing: Is a directory. Fix: check the ")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
+    config.write_text("")  # a --config that names no file is an error of its own
+    config.chmod(0o600)
     assert cli.main(["--config", str(config), "record", str(blocker / "r.jsonl"),
                      "--polls", "1"]) == 2
     err = capsys.readouterr().err

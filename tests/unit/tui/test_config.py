@@ -120,3 +120,24 @@ def test_cli_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     p = write(tmp_path, "not = [toml")
     assert main(["--config", str(p), "status", "--json"]) == 2
     assert str(p) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [[], ["status"], ["hosts", "list"], ["doctor"],
+                                  ["queue", "ls", "x"], ["pull", "x"], ["gate", "x"],
+                                  ["record", "out.jsonl"]])
+def test_a_named_config_that_does_not_exist_is_an_error(
+        verb: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: `--config /no/such/file.toml` silently opened the local room.
+    missing = tmp_path / "no" / "such.toml"
+    assert main(["--config", str(missing), *verb]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "no such file" in err and "--config" in err
+    assert "Traceback" not in err
+
+
+def test_hosts_import_may_create_the_config_it_names(tmp_path: Path) -> None:
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host box\n  HostName 127.0.0.1\n")
+    path = tmp_path / "new.toml"
+    assert main(["--config", str(path), "hosts", "import", "--ssh-config", str(ssh_config)]) == 0
+    assert list(cfg.load(path, must_exist=True).hosts) == ["box"]
