@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -117,6 +118,8 @@ class Config:
     path: Path
     hosts: dict[str, HostConfig] = field(default_factory=dict)
     settings: Settings = field(default_factory=Settings)
+    # Problems that do not stop gpuroom but that the user should hear of once.
+    warnings: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[HostConfig]:
         return iter(self.hosts.values())
@@ -293,6 +296,15 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
         return Config(path=path)
     except (OSError, UnicodeDecodeError) as exc:
         raise _err(path, "reading", str(exc), "check the file's permissions and encoding") from exc
+    warnings = []
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = 0
+    if mode & 0o077:
+        # It names hosts, prices and the commands that stop paid machines.
+        warnings.append(f"{path} can be read by other users (mode {stat.S_IMODE(mode):04o}). "
+                        f"Fix: chmod 600 {path}")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -307,7 +319,8 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
     hosts_raw = data.get("hosts", {})
     if not isinstance(hosts_raw, dict):
         raise _err(path, "hosts", "must be a table of tables", "write each host as [hosts.NAME]")
-    config = Config(path=path, settings=_parse_settings(path, data.get("settings")))
+    config = Config(path=path, settings=_parse_settings(path, data.get("settings")),
+                    warnings=warnings)
     for name, raw in hosts_raw.items():
         config.hosts[name] = _parse_host(path, name, raw)
     return config

@@ -351,3 +351,13 @@ async def test_add_form_defaults_to_no_gpu_on_a_box_without_one() -> None:
         assert app.selected_host == "local"
         await pilot.press("a")
         assert app.screen.query_one("#gpus", Input).value == "0"
+
+
+async def test_config_warnings_are_said_once_the_room_is_up() -> None:
+    # The room hides stderr, so a warning printed before it opens would go unseen.
+    warning = "/x/hosts.toml can be read by other users (mode 0644). Fix: chmod 600 /x/hosts.toml"
+    app, _ = make_app(warnings=[warning])
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await pilot.pause()
+        (note,) = list(app._notifications)
+        assert note.severity == "warning" and note.message == warning

@@ -14,6 +14,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
+from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
@@ -91,7 +92,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import time
 
-    config = cfg.load_named(getattr(args, "config", None))
+    config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
     if args.host is not None and args.host not in names:
         print(f"gpuroom: no host {args.host!r} in {config.path} (have: {', '.join(names)})",

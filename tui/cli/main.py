@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
@@ -25,10 +26,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-
-
-def _load(args: argparse.Namespace, *, creating: bool = False) -> cfg.Config:
-    return cfg.load_named(args.config, creating=creating)
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
@@ -80,7 +77,7 @@ async def _status(config: cfg.Config) -> list[HostState]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_config(args)
     states = asyncio.run(_status(config))
     if args.json:
         json.dump({"hosts": [_state_json(s) for s in states]}, sys.stdout)
@@ -91,7 +88,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
     if args.name not in names:
         print(f"gpuroom: no host {args.name!r} in {config.path} (have: {', '.join(names)})",
@@ -115,7 +112,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
-    config = _load(args, creating=args.hosts_cmd in ("add", "import"))
+    config = load_config(args, creating=args.hosts_cmd in ("add", "import"))
     if args.hosts_cmd == "list":
         if not config.hosts:
             print(f"no hosts in {config.path}; gpuroom shows the local machine")
@@ -164,20 +161,20 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_room(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_config(args)
     recorder = Recorder(Path(args.record)) if args.record else None
     fleet = Fleet(config, recorder=recorder)
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
-                     notify_command=config.settings.notify_command)
+                     notify_command=config.settings.notify_command, warnings=config.warnings)
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
 
 def cmd_record(args: argparse.Namespace) -> int:
     """Poll like the room does, with no screen, appending every outcome to FILE."""
-    config = _load(args)
+    config = load_config(args)
     if args.interval is not None:
         config.settings.poll_interval_s = args.interval
     path = Path(args.file)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import GpuroomError, describe
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
@@ -40,7 +41,7 @@ def add_cli(sub: Any) -> None:
 
 
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
-    config = cfg.load_named(getattr(args, "config", None))
+    config = load_config(args)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.sanitize import display_line, sanitize_line
@@ -71,7 +72,7 @@ def add_cli(sub: Any) -> None:
 
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     """The fleet and the host's queue backend (``slurm`` when its profile is slurm)."""
-    config = cfg.load_named(args.config)
+    config = load_config(args)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "

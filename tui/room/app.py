@@ -146,6 +146,7 @@ class GpuroomApp(App[None]):
         spawn: Spawn = run_interactive_ssh,
         bell: bool = False,
         notify_command: list[str] | None = None,
+        warnings: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.fleet = fleet
@@ -153,6 +154,7 @@ class GpuroomApp(App[None]):
         self._spawn = spawn
         self._bell = bell
         self._notify_command = list(notify_command) if notify_command else None
+        self._warnings = list(warnings or ())  # said once the room is up (stderr is hidden)
         self.findings_watch = FleetWatch()
         self._fleet_timer: Timer | None = None
         self._fleet_at = 0.0
@@ -228,6 +230,8 @@ class GpuroomApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        for warning in self._warnings:
+            self.notify(warning, severity="warning", timeout=30)
         self.query_one("#queue", QueueTable).border_title = "queue"
         self.query_one("#disk", DiskPanel).border_title = "disk (df -h | df -i)"
         self._refresh_fleet_panes()

@@ -141,3 +141,16 @@ def test_hosts_import_may_create_the_config_it_names(tmp_path: Path) -> None:
     path = tmp_path / "new.toml"
     assert main(["--config", str(path), "hosts", "import", "--ssh-config", str(ssh_config)]) == 0
     assert list(cfg.load(path, must_exist=True).hosts) == ["box"]
+
+
+def test_a_hosts_file_others_can_read_is_warned_with_the_chmod_fix(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: it names hosts and teardown commands, and was accepted silently.
+    path = write(tmp_path, '[hosts.a]\nlocal = true\n')
+    path.chmod(0o644)
+    assert cfg.load(path).warnings == [
+        f"{path} can be read by other users (mode 0644). Fix: chmod 600 {path}"]
+    assert main(["--config", str(path), "hosts", "list"]) == 0
+    assert f"warning: {path} can be read by other users" in capsys.readouterr().err
+    path.chmod(0o600)
+    assert cfg.load(path).warnings == []
