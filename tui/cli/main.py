@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.profiles import list_profiles
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
@@ -129,6 +130,17 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         if problem:
             print(f"gpuroom: {problem}", file=sys.stderr)
             return EXIT_USAGE
+        known = list_profiles()
+        if args.profile not in known:
+            print(f"gpuroom: unknown profile {args.profile!r}. Fix: use one of "
+                  f"{', '.join(known)} (gpuroom profiles lists them)", file=sys.stderr)
+            return EXIT_USAGE
+        ssh_config = config.ssh_config_path()
+        if alias not in cfg.ssh_config_aliases(ssh_config):
+            # ssh would take it as a plain host name: fine for a DNS name, a typo otherwise.
+            print(f"gpuroom: warning: {alias!r} is not a Host in {ssh_config}; ssh will look it "
+                  f"up as a host name. Fix: add 'Host {alias}' with its HostName, User and "
+                  f"Port to {ssh_config}", file=sys.stderr)
         if args.name in config.hosts:
             print(f"gpuroom: host {args.name!r} already in {config.path}; "
                   f"remove it first (gpuroom hosts remove {args.name})", file=sys.stderr)

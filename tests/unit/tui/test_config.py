@@ -154,3 +154,33 @@ def test_a_hosts_file_others_can_read_is_warned_with_the_chmod_fix(
     assert f"warning: {path} can be read by other users" in capsys.readouterr().err
     path.chmod(0o600)
     assert cfg.load(path).warnings == []
+
+
+def _ssh_config(tmp_path: Path, text: str) -> Path:
+    ssh = tmp_path / "ssh_config"
+    ssh.write_text(text)
+    path = tmp_path / "hosts.toml"
+    path.write_text(f'[settings]\nssh_config = "{ssh}"\n')
+    path.chmod(0o600)
+    return path
+
+
+def test_hosts_add_refuses_an_unknown_profile_and_lists_the_known(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 17: `--profile runpdo` passed silently and failed later.
+    path = _ssh_config(tmp_path, "Host box\n  HostName 127.0.0.1\n")
+    assert main(["--config", str(path), "hosts", "add", "box", "--profile", "runpdo"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown profile 'runpdo'" in err and "runpod" in err and "generic-ssh" in err
+    assert cfg.load(path).hosts == {}
+
+
+def test_hosts_add_warns_of_an_alias_the_ssh_config_lacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _ssh_config(tmp_path, "Host box\n  HostName 127.0.0.1\n")
+    assert main(["--config", str(path), "hosts", "add", "box"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["--config", str(path), "hosts", "add", "bxo"]) == 0
+    err = capsys.readouterr().err
+    assert "'bxo' is not a Host in" in err and str(tmp_path / "ssh_config") in err
+    assert sorted(cfg.load(path).hosts) == ["box", "bxo"]
