@@ -259,8 +259,9 @@ def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
                 util_mem=_num(_get(g, "util_mem_pct", "util_mem")),
                 mem_used_mib=_mib(g, "mem_used_mib", "mem_used_bytes", "mem_used"),
                 mem_total_mib=_mib(g, "mem_total_mib", "mem_total_bytes", "mem_total"),
+                # The probe writes clock_event_reasons; older recordings use the other two.
                 throttle=_throttle_reasons(
-                    _get(g, "clock_reasons", "throttle_reasons")
+                    _get(g, "clock_event_reasons", "clock_reasons", "throttle_reasons")
                 ),
             )
         )
