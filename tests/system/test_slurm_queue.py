@@ -149,7 +149,7 @@ def test_submitted_job_runs_and_its_log_tails_in_the_room(
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 state = await fleet.poll_host("box")
-                chunk = log_chunk(state.snapshot, job["id"])
+                chunk = log_chunk(state.view, job["id"])
                 if chunk is not None:
                     text += chunk.data.decode(errors="replace")
                 if re.search(r"^step \d+ loss", text, re.M):

@@ -1,24 +1,21 @@
-"""HostState + probe snapshot -> display rows. The ONE place that knows snapshot field names.
+"""HostState + the parsed snapshot -> display rows.
 
-The ``gpus`` and ``queue`` sections are still being defined by other engineers, so every read
-here is defensive (missing key, wrong type, alternative spelling -> a blank cell, never an
-exception) and the alternative spellings sit in small tuples at the top of each reader. When
-the names settle, only this module changes. Pure functions: time comes in as ``now``.
+The snapshot is read by gpuroom.tui.snapshot (field names, old spellings, the number rule);
+here it only becomes text and levels. Every string the box wrote goes through sanitize_line.
+Pure functions: time comes in as ``now``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import slurm_summary
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
 
 Level = Literal["ok", "warn", "crit"]
 
@@ -51,36 +48,7 @@ _LEVEL_RANK = {"ok": 0, "warn": 1, "crit": 2}
 MODEL_WIDTH = 9  # "H100 80GB": enough to tell cards apart in the hosts table
 
 
-# ----------------------------------------------------------------------------- small readers
-
-
-def _get(d: Any, *keys: str) -> Any:
-    """First present, non-None value among alternative spellings of one field."""
-    if not isinstance(d, Mapping):
-        return None
-    for key in keys:
-        value = d.get(key)
-        if value is not None:
-            return value
-    return None
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _int(value: Any) -> int | None:
-    n = _num(value)
-    return int(n) if n is not None else None
+# ----------------------------------------------------------------------------- text
 
 
 def _str(value: Any) -> str:
@@ -149,7 +117,8 @@ def box_now(host: HostState, now: float) -> float:
     Ages of jobs and checkpoints are differences of box timestamps; comparing them to the
     jump host's clock would add the clock skew between the two machines.
     """
-    t = _num(_get((host.snapshot or {}).get("host"), "time"))
+    snap = host.view
+    t = snap.host.time if snap is not None else None
     if t is None or host.last_ok is None:
         return now
     last_ok: float = host.last_ok
@@ -211,79 +180,42 @@ class GpuRow:
         return ",".join(THROTTLE_SHORT.get(t, t) for t in self.throttle)
 
 
-def _throttle_reasons(raw: Any) -> tuple[str, ...]:
-    if isinstance(raw, Mapping):  # {"sw_power_cap": true, ...}
-        raw = [k for k, v in raw.items() if v]
-    if not isinstance(raw, Sequence) or isinstance(raw, str):
-        return ()
-    out = []
-    for reason in raw:
-        key = _str(reason).strip().lower().replace(" ", "_").replace("-", "_")
-        if key and key not in BENIGN_THROTTLE:
-            out.append(key)
-    return tuple(out)
-
-
-def _mib(d: Mapping[str, Any], mib_key: str, bytes_key: str, plain_key: str) -> float | None:
-    """Memory in MiB whichever unit the field came in (plain key: bytes, as NVML gives it)."""
-    mib = _num(d.get(mib_key))
-    if mib is not None:
-        return mib
-    b = _num(_get(d, bytes_key, plain_key))
-    return None if b is None else b / (1 << 20)
-
-
 def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
-    """Every GPU dict in ``snapshot["gpus"]`` (a list, or {"devices": [...]})."""
-    section = (snapshot or {}).get("gpus")
-    devices = _get(section, "devices", "gpus") if isinstance(section, Mapping) else section
-    if not isinstance(devices, list):
+    """One row per GPU of the snapshot."""
+    if snapshot is None:
         return []
-    rows = []
-    for i, g in enumerate(devices):
-        if not isinstance(g, Mapping):
-            continue
-        idx = _int(g.get("index"))
-        rows.append(
-            GpuRow(
-                index=i if idx is None else idx,
-                name=_str(g.get("name")),
-                sm_mhz=_num(_get(g, "clock_sm_mhz", "sm_clock_mhz")),
-                sm_max_mhz=_num(_get(g, "clock_sm_max_mhz", "sm_clock_max_mhz")),
-                mem_mhz=_num(_get(g, "clock_mem_mhz", "mem_clock_mhz")),
-                mem_max_mhz=_num(_get(g, "clock_mem_max_mhz", "mem_clock_max_mhz")),
-                power_w=_num(_get(g, "power_w")),
-                power_limit_w=_num(_get(g, "power_limit_w")),
-                temp_c=_num(_get(g, "temp_c")),
-                util_gpu=_num(_get(g, "util_gpu_pct", "util_gpu")),
-                util_mem=_num(_get(g, "util_mem_pct", "util_mem")),
-                mem_used_mib=_mib(g, "mem_used_mib", "mem_used_bytes", "mem_used"),
-                mem_total_mib=_mib(g, "mem_total_mib", "mem_total_bytes", "mem_total"),
-                # The probe writes clock_event_reasons; older recordings use the other two.
-                throttle=_throttle_reasons(
-                    _get(g, "clock_event_reasons", "clock_reasons", "throttle_reasons")
-                ),
-            )
+    return [
+        GpuRow(
+            index=i if g.index is None else g.index,
+            name=_str(g.name),
+            sm_mhz=g.clock_sm_mhz,
+            sm_max_mhz=g.clock_sm_max_mhz,
+            mem_mhz=g.clock_mem_mhz,
+            mem_max_mhz=g.clock_mem_max_mhz,
+            power_w=g.power_w,
+            power_limit_w=g.power_limit_w,
+            temp_c=g.temp_c,
+            util_gpu=g.util_gpu_pct,
+            util_mem=g.util_mem_pct,
+            mem_used_mib=g.mem_used_mib,
+            mem_total_mib=g.mem_total_mib,
+            throttle=tuple(_str(r) for r in g.clock_event_reasons if r not in BENIGN_THROTTLE),
         )
-    return rows
+        for i, g in enumerate(snapshot.gpus)
+    ]
 
 
 def gpu_absence(snapshot: Snapshot | None) -> str | None:
     """Why there are no GPU rows ("no GPU" is a normal state), None when there are some."""
     if snapshot is None:
         return "no snapshot yet"
-    if gpu_rows(snapshot):
+    if snapshot.gpus:
         return None
-    section = snapshot.get("gpus")
-    reason = _get(section, "reason", "error") if isinstance(section, Mapping) else None
+    reason = snapshot.gpu_error
     if reason is None:
-        reason = snapshot.get("gpu_error")
+        reason = snapshot.section_error("gpus")
     if reason is None:
-        for err in snapshot.get("errors") or []:
-            if isinstance(err, Mapping) and err.get("section") == "gpus":
-                reason = err.get("error")
-    if reason is None:
-        reason = "none found" if section is not None else "not reported by the probe"
+        reason = "none found" if "gpus" in snapshot.sections else "not reported by the probe"
     return _str(reason)
 
 
@@ -360,27 +292,24 @@ def _pct(used: float | None, total: float | None) -> float | None:
 
 
 def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
-    """``snapshot["disks"]``: statvfs facts per path, one row per filesystem.
+    """The snapshot's disks: statvfs facts per path, one row per filesystem.
 
     home and cwd are often the same filesystem as a watched mount; a repeated ``device``
     would show the same numbers twice, so only its first path is kept.
     """
     rows: list[DiskRow] = []
-    seen_devices: set[Any] = set()
-    for d in (snapshot or {}).get("disks") or []:
-        if not isinstance(d, Mapping):
+    seen_devices: set[int] = set()
+    for d in snapshot.disks if snapshot is not None else ():
+        path = _str(d.path)
+        if d.error is not None:
+            rows.append(DiskRow(path, _str(d.error), *([None] * 8)))
             continue
-        path = _str(d.get("path"))
-        if d.get("error") is not None:
-            rows.append(DiskRow(path, _str(d["error"]), *([None] * 8)))
-            continue
-        dev = d.get("device")
-        if dev is not None:
-            if dev in seen_devices:
+        if d.device is not None:
+            if d.device in seen_devices:
                 continue
-            seen_devices.add(dev)
-        total, free = _num(d.get("total_bytes")), _num(d.get("free_bytes"))
-        itotal, ifree = _num(d.get("total_inodes")), _num(d.get("free_inodes"))
+            seen_devices.add(d.device)
+        total, free = d.total_bytes, d.free_bytes
+        itotal, ifree = d.total_inodes, d.free_inodes
         used = None if total is None or free is None else total - free
         iused = None if itotal is None or ifree is None else itotal - ifree
         rows.append(
@@ -442,71 +371,26 @@ class JobRow:
         return "crit" if self.state.lower() in FAILED_JOB_STATES else "ok"
 
 
-def _job_dicts(snapshot: Snapshot | None) -> list[Mapping[str, Any]]:
-    """``queue.queues.<name>.jobs`` of every queue on the box (or a flat ``queue.jobs``)."""
-    queue = (snapshot or {}).get("queue")
-    if isinstance(queue, Mapping) and isinstance(queue.get("queues"), Mapping):
-        jobs: list[Any] = []
-        for view in queue["queues"].values():
-            got = _get(view, "jobs")
-            jobs += got if isinstance(got, list) else []
-    else:
-        flat: Any = _get(queue, "jobs") if isinstance(queue, Mapping) else queue
-        jobs = flat if isinstance(flat, list) else []
-    if not isinstance(jobs, list):
-        return []
-    return [j for j in jobs if isinstance(j, Mapping)]
-
-
-def _last_attempt(j: Mapping[str, Any]) -> Mapping[str, Any]:
-    attempts = j.get("attempts")
-    if isinstance(attempts, list) and attempts and isinstance(attempts[-1], Mapping):
-        return attempts[-1]
-    return {}
-
-
-def _attempt_no(j: Mapping[str, Any]) -> int | None:
-    n = _int(_get(_last_attempt(j), "attempt"))
-    if n is not None:
-        return n
-    if isinstance(j.get("attempts"), list):
-        return len(j["attempts"])
-    return _int(_get(j, "attempt"))
-
-
-def _job_id(j: Mapping[str, Any]) -> str:
-    return _str(_get(j, "id", "job_id"))
-
-
-def _newest_checkpoint_mtime(j: Mapping[str, Any]) -> float | None:
-    direct = _num(_get(j, "checkpoint_mtime"))
-    if direct is not None:
-        return direct
-    ck = _get(j, "checkpoint", "checkpoints")
-    items = ck if isinstance(ck, list) else [ck]
-    mtimes = [m for m in (_num(_get(c, "mtime")) for c in items) if m is not None]
-    return max(mtimes) if mtimes else None
-
-
-def _command(j: Mapping[str, Any]) -> str:
-    argv = _get(j, "argv")
-    if isinstance(argv, list):
-        return sanitize_line(shlex.join(str(a) for a in argv))
-    return _str(_get(j, "command", "cmd"))
+def _attempt_no(j: Job) -> int | None:
+    last = j.last_attempt
+    if last is not None and last.attempt is not None:
+        return last.attempt
+    return len(j.attempts)
 
 
 def job_rows(host: HostState, now: float) -> list[JobRow]:
-    """Jobs of ``snapshot["queue"]["jobs"]`` plus the actions still waiting for confirmation."""
+    """The snapshot's jobs plus the actions still waiting for confirmation."""
     t = box_now(host, now)
     rows = []
     ids = set()
-    for j in _job_dicts(host.snapshot):
-        jid = _job_id(j)
+    snap = host.view
+    for j in snap.jobs if snap is not None else ():
+        jid = _str(j.id)
         ids.add(jid)
-        last = _last_attempt(j)
-        started = _num(_get(last, "start") if last else _get(j, "started_at", "start"))
-        ended = _num(_get(last, "end") if last else _get(j, "ended_at", "end"))
-        ckpt = _newest_checkpoint_mtime(j)
+        last = j.last_attempt
+        started = last.start if last is not None else None
+        ended = last.end if last is not None else None
+        ckpt = j.checkpoint.mtime if j.checkpoint is not None else None
         pend = None
         for entry in host.pending:
             kind, _, rest = entry.partition(":")
@@ -515,14 +399,13 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
         rows.append(
             JobRow(
                 id=jid,
-                name=_str(_get(j, "name")),
-                state=_str(_get(j, "state", "status")) or "?",
+                name=_str(j.name),
+                state=_str(j.state) or "?",
                 attempt=_attempt_no(j),
                 runtime_s=None if started is None else (ended if ended is not None else t)
                 - started,
-                exit_code=_int(_get(last, "exit_code") if last
-                               else _get(j, "exit_code", "returncode")),
-                command=_command(j),
+                exit_code=last.exit_code if last is not None else j.exit_code,
+                command=_str(j.command),
                 ckpt_age_s=None if ckpt is None else t - ckpt,
                 pending=pend,
                 slurm=slurm_summary(j),
@@ -536,7 +419,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
     return rows
 
 
-def still_pending(entry: str, snapshot: Snapshot | None) -> bool:
+def still_pending(entry: str, snapshot: RawSnapshot | None) -> bool:
     """Whether a pending action is not yet visible in ``snapshot``.
 
     Decided from what the box reports, not from timing, so a snapshot taken before the
@@ -544,17 +427,18 @@ def still_pending(entry: str, snapshot: Snapshot | None) -> bool:
     """
     kind, _, rest = entry.partition(":")
     jid, _, extra = rest.partition(":")
-    job = next((j for j in _job_dicts(snapshot) if _job_id(j) == jid), None)
+    snap = read_snapshot(snapshot) if snapshot is not None else None
+    job = snap.job(jid) if snap is not None else None
     if kind == "add":
         return job is None
     if job is None:
         # kill: a job that left the queue is gone; relaunch: nothing to confirm against.
         return False
-    state = _str(_get(job, "state", "status")).lower()
+    state = job.state.lower()
     if kind == "kill":
         return state not in ENDED_JOB_STATES
     if kind == "relaunch":
-        attempt, before = _attempt_no(job), _int(extra)
+        attempt, before = _attempt_no(job), int(extra) if extra.isdigit() else None
         if before is not None and attempt is not None:
             return attempt <= before
         return state not in LIVE_JOB_STATES
@@ -562,9 +446,9 @@ def still_pending(entry: str, snapshot: Snapshot | None) -> bool:
 
 
 def running_job(snapshot: Snapshot | None) -> str:
-    for j in _job_dicts(snapshot):
-        if _str(_get(j, "state", "status")).lower() == "running":
-            return _str(_get(j, "name")) or _job_id(j)
+    for j in snapshot.jobs if snapshot is not None else ():
+        if j.state.lower() == "running":
+            return _str(j.name) or _str(j.id)
     return "-"
 
 
@@ -593,26 +477,22 @@ class LogCursor:
 
 
 def log_chunk(snapshot: Snapshot | None, job_id: str) -> LogChunk | None:
-    """``log_chunk`` = {offset, inode, size, data_b64, reset} of job ``job_id``."""
-    for j in _job_dicts(snapshot):
-        if _job_id(j) != job_id:
-            continue
-        log = _get(j, "log_chunk", "log")
-        if not isinstance(log, Mapping):
-            return None
-        try:
-            data = base64.b64decode(str(log.get("data_b64") or ""), validate=True)
-        except (binascii.Error, ValueError):
-            return None
-        return LogChunk(
-            job_id=job_id,
-            offset=_int(log.get("offset")) or 0,
-            inode=_int(log.get("inode")),
-            size=_int(log.get("size")),
-            data=data,
-            reset=bool(log.get("reset")),
-        )
-    return None
+    """The log bytes job ``job_id`` carried in the snapshot; None when none or not base64."""
+    job = snapshot.job(job_id) if snapshot is not None else None
+    if job is None or job.log_chunk is None:
+        return None
+    chunk = job.log_chunk
+    data = chunk.data
+    if data is None:
+        return None
+    return LogChunk(
+        job_id=job_id,
+        offset=chunk.offset or 0,
+        inode=chunk.inode,
+        size=chunk.size,
+        data=data,
+        reset=chunk.reset,
+    )
 
 
 def advance_log(cursor: LogCursor | None, chunk: LogChunk) -> tuple[bytes, bool, int, LogCursor]:
@@ -683,7 +563,7 @@ def findings_cell(severities: Iterable[str]) -> tuple[str, Level]:
 def host_row(host: HostState, now: float, *, billed: str = "-",
              findings: Iterable[str] = ()) -> HostRow:
     """``billed`` from the danger clock, ``findings`` the severities of the host's findings."""
-    snap = host.snapshot
+    snap = host.view
     gpus = gpu_rows(snap)
     count, sm, power = gpu_summary(gpus)
     if not gpus:

@@ -293,7 +293,7 @@ class GpuroomApp(App[None]):
         for f in findings:
             severities.setdefault(f.host, []).append(f.severity)
         for h in self._visible_hosts():
-            snap = h.snapshot
+            snap = h.view
             billed = billed_seconds(snap, now, h.rented_at) if snap is not None else None
             rows.append(host_row(h, now, billed=billed_cell(h.price_per_hour, billed),
                                  findings=severities.get(h.name, ())))
@@ -315,7 +315,7 @@ class GpuroomApp(App[None]):
         self._history_at[h.name] = h.last_ok
         sm = self._gpu_sm.setdefault(h.name, {})
         pw = self._gpu_pw.setdefault(h.name, {})
-        for g in gpu_rows(h.snapshot):
+        for g in gpu_rows(h.view):
             sm.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.sm_mhz)
             pw.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.power_w)
 
@@ -333,17 +333,17 @@ class GpuroomApp(App[None]):
         queue.host = h.name
         queue.border_title = Text(f"queue {h.name}")
         queue.jobs = tuple(job_rows(h, now))
-        rows = tuple(gpu_rows(h.snapshot))
+        rows = tuple(gpu_rows(h.view))
         sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
         self.query_one(GpuPanel).view = GpuView(
             host=h.name,
             rows=rows,
-            absence=gpu_absence(h.snapshot),
+            absence=gpu_absence(h.view),
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
         )
         disk = self.query_one(DiskPanel)
-        disk.disks = tuple(disk_rows(h.snapshot))
+        disk.disks = tuple(disk_rows(h.view))
         self._restore_job_cursor(h.name)
         self._refresh_log()
 
@@ -373,7 +373,7 @@ class GpuroomApp(App[None]):
         if self._log_fed == (source, h.snapshot) and log.cursor is not None:
             return
         self._log_fed = (source, h.snapshot)
-        chunk = log_chunk(h.snapshot, job.id)
+        chunk = log_chunk(h.view, job.id)
         if chunk is not None:
             log.append_chunk(chunk)
 
@@ -482,7 +482,7 @@ class GpuroomApp(App[None]):
                 self._send_add(h.name, request)
 
         # A job asking for a GPU on a box without one fails at once as unschedulable.
-        no_gpu = h.snapshot is not None and not gpu_rows(h.snapshot)
+        no_gpu = h.view is not None and not gpu_rows(h.view)
         self.push_screen(AddJobScreen(h.name, gpus=0 if no_gpu else 1), submitted)
 
     def action_refresh(self) -> None:

@@ -18,6 +18,7 @@ from fakes.nvml import A10, RTX2080, FakeNvml
 from gpuroom.remote import gpu
 from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.present.view import gpu_rows
+from gpuroom.tui.snapshot import read_snapshot
 
 
 def test_throttle_column_shows_the_active_reasons_of_a_real_probe(
@@ -33,7 +34,7 @@ def test_throttle_column_shows_the_active_reasons_of_a_real_probe(
     for rel, reported in zip((A10, RTX2080), snap["gpus"], strict=True):
         (parsed,) = gpu.parse_clock_reasons(capture(rel))
         assert reported["clock_event_reasons"] == parsed["active"]
-    a10, rtx = gpu_rows(snap)
+    a10, rtx = gpu_rows(read_snapshot(snap))
     assert a10.throttle == ("hw_slowdown", "hw_power_brake_slowdown")
     assert a10.throttle_short == "HwSlow,PwrBrake" and a10.level == "warn"
     assert rtx.throttle == ("sw_power_cap",)

@@ -31,6 +31,7 @@ from gpuroom.tui.present.view import (
     sparkline,
     still_pending,
 )
+from gpuroom.tui.snapshot import read_optional as view
 
 PROBE: dict[str, Any] = json.loads((DATA / "probe-vm.json").read_text())
 NOW = float(PROBE["host"]["time"]) + 30
@@ -88,7 +89,7 @@ def test_link_text_up_stale_down() -> None:
 
 
 def test_gpu_rows_from_the_throttle_scenario() -> None:
-    rows = gpu_rows(scenario_host("throttle", "a10-c").snapshot)
+    rows = gpu_rows(view(scenario_host("throttle", "a10-c").snapshot))
     a10, rtx = rows
     assert (a10.sm_mhz, a10.sm_max_mhz, a10.power_w, a10.power_limit_w) == (210, 1695, 21.3, 150)
     assert a10.mem_total_mib == 23028
@@ -103,7 +104,7 @@ def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
                                  "not a dict", {"index": 3, "mem_used_mib": 512,
                                                 "throttle_reasons": {"SW Power Cap": True,
                                                                      "Idle": True}}]}}
-    rows = gpu_rows(snap)
+    rows = gpu_rows(view(snap))
     assert [r.index for r in rows] == [0, 3]
     assert rows[0].power_w == 55.5 and rows[0].sm_mhz is None and rows[0].throttle == ()
     assert rows[1].mem_used_mib == 512 and rows[1].throttle == ("sw_power_cap",)
@@ -112,19 +113,19 @@ def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
 def test_gpu_absence_reasons() -> None:
     assert gpu_absence(None) == "no snapshot yet"
     # The real probe of the dev VM (no GPU, no driver) says why in gpu_error.
-    assert gpu_absence(PROBE) == PROBE["gpu_error"]
-    assert gpu_absence({"host": {}}) == "not reported by the probe"
-    assert gpu_absence({"gpus": []}) == "none found"
-    assert gpu_absence({"gpus": {"devices": [], "reason": "NVML: driver not loaded"}}) == (
+    assert gpu_absence(view(PROBE)) == PROBE["gpu_error"]
+    assert gpu_absence(view({"host": {}})) == "not reported by the probe"
+    assert gpu_absence(view({"gpus": []})) == "none found"
+    assert gpu_absence(view({"gpus": {"devices": [], "reason": "NVML: driver not loaded"}})) == (
         "NVML: driver not loaded"
     )
     err = {"errors": [{"section": "gpus", "error": "NVMLError: Unknown"}]}
-    assert gpu_absence(err) == "NVMLError: Unknown"
-    assert gpu_absence(scenario_host("healthy", "h100-a").snapshot) is None
+    assert gpu_absence(view(err)) == "NVMLError: Unknown"
+    assert gpu_absence(view(scenario_host("healthy", "h100-a").snapshot)) is None
 
 
 def test_gpu_summary_for_the_hosts_table() -> None:
-    rows = gpu_rows(scenario_host("healthy", "h100-a").snapshot)
+    rows = gpu_rows(view(scenario_host("healthy", "h100-a").snapshot))
     count, sm, power = gpu_summary(rows)
     assert count == "8x H100 80GB"
     assert sm == "1980/1980"
@@ -136,7 +137,7 @@ def test_gpu_summary_for_the_hosts_table() -> None:
 
 
 def test_disk_rows_from_the_real_probe_dedupe_same_device() -> None:
-    rows = disk_rows(PROBE)
+    rows = disk_rows(view(PROBE))
     # "~" and the cwd are one filesystem on the dev VM: shown once.
     assert len(rows) == 1
     d = rows[0]
@@ -147,7 +148,7 @@ def test_disk_rows_from_the_real_probe_dedupe_same_device() -> None:
 
 
 def test_inode_alarm_even_when_bytes_look_fine() -> None:
-    rows = disk_rows(scenario_host("inode", "h100-a").snapshot)
+    rows = disk_rows(view(scenario_host("inode", "h100-a").snapshot))
     data = next(r for r in rows if r.path == "/data")
     assert data.bytes_level == "ok"  # 34 % used
     assert data.inodes_level == "crit"  # 99 % (fixtures/df/moby-37077)
@@ -163,7 +164,7 @@ def test_disk_thresholds(bytes_pct: float, inodes_pct: float, bytes_level: str,
                          inodes_level: str) -> None:
     snap = {"disks": [{"path": "/d", "total_bytes": 1000, "free_bytes": 1000 - bytes_pct * 10,
                        "total_inodes": 1000, "free_inodes": 1000 - inodes_pct * 10}]}
-    (d,) = disk_rows(snap)
+    (d,) = disk_rows(view(snap))
     assert (d.bytes_level, d.inodes_level) == (bytes_level, inodes_level)
 
 
@@ -171,7 +172,7 @@ def test_disk_error_and_no_inode_accounting() -> None:
     snap = {"disks": [{"path": "/gone", "error": "FileNotFoundError: nope"},
                       {"path": "/btrfs", "total_bytes": 100, "free_bytes": 50,
                        "total_inodes": 0, "free_inodes": 0}]}
-    gone, btrfs = disk_rows(snap)
+    gone, btrfs = disk_rows(view(snap))
     assert gone.error == "FileNotFoundError: nope" and gone.level == "ok"
     assert btrfs.inodes_pct is None and btrfs.bytes_pct == 50
 
@@ -196,16 +197,17 @@ def test_every_string_the_box_wrote_is_inert_in_the_rows() -> None:
                    "command": f"python {EVIL}"},
                   {"id": "j2", "name": "argv", "state": f"queued{EVIL}", "argv": ["echo", EVIL]}],
     }
-    (gpu,) = gpu_rows(snap)
+    (gpu,) = gpu_rows(view(snap))
     assert_inert(gpu.name)
     assert_inert(gpu.throttle_short)
-    (disk,) = disk_rows(snap)
+    (disk,) = disk_rows(view(snap))
     assert_inert(disk.path)
     assert_inert(disk.error or "")
     first, second = job_rows(up(snap), NOW)
     for text in (first.name, second.state, first.command, second.command):
         assert_inert(text)
-    assert_inert(gpu_absence({"gpus": {"devices": [], "reason": f"nvidia-smi: {EVIL}"}}) or "")
+    no_gpu = view({"gpus": {"devices": [], "reason": f"nvidia-smi: {EVIL}"}})
+    assert_inert(gpu_absence(no_gpu) or "")
     assert_inert(host_row(up(snap), NOW).job)
 
 
@@ -272,12 +274,12 @@ def test_relaunch_confirmed_by_a_higher_attempt() -> None:
 
 def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
     h = scenario_host("healthy", "h100-a")
-    chunk = log_chunk(h.snapshot, "j3")
+    chunk = log_chunk(view(h.snapshot), "j3")
     assert chunk is not None and chunk.offset == 0 and not chunk.reset
     assert chunk.data.startswith(b"loading config")
-    assert log_chunk(h.snapshot, "j2") is None  # no log section
+    assert log_chunk(view(h.snapshot), "j2") is None  # no log section
     bad = {"queue": {"jobs": [{"id": "x", "log": {"data_b64": "!!not base64!!"}}]}}
-    assert log_chunk(bad, "x") is None
+    assert log_chunk(view(bad), "x") is None
 
 
 def chunk(offset: int, data: bytes, *, inode: int = 1, reset: bool = False,
