@@ -12,6 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpuroom.remote.queue_events import (
+    ACTIVE_STATES,
+    FAILED_STATES,
+    FINAL_STATES,
+    LIVE_STATES,
+)
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import slurm_summary
 from gpuroom.tui.sanitize import sanitize_line
@@ -27,10 +33,6 @@ INODES_CRIT_PCT = 90.0
 
 # Clock-event reasons that say nothing is wrong (an idle GPU clocks down on purpose).
 BENIGN_THROTTLE = frozenset({"idle", "gpu_idle", "applications_clocks_setting", "none"})
-# remote/queue_events.py states: queued, launching, running, succeeded, failed, killed, removed.
-FAILED_JOB_STATES = frozenset({"failed", "orphaned", "error", "lost"})
-ENDED_JOB_STATES = frozenset({"succeeded", "done", "failed", "killed", "removed", "orphaned"})
-LIVE_JOB_STATES = frozenset({"queued", "launching", "running", "starting", "pending"})
 
 # nvidia-smi -q "Clocks Event Reasons" names, shortened for a narrow column.
 THROTTLE_SHORT = {
@@ -45,6 +47,16 @@ THROTTLE_SHORT = {
     "reliability": "Reliab",
 }
 _LEVEL_RANK = {"ok": 0, "warn": 1, "crit": 2}
+# The queue pane's colour per job state (remote/queue_events.py STATES): work in progress
+# green, waiting cyan, a failure red, an end on request yellow, a clean end dim.
+STATE_STYLE: dict[str, str] = {
+    "queued": "cyan",
+    **dict.fromkeys(ACTIVE_STATES, "green"),
+    **dict.fromkeys(FAILED_STATES, "bold red"),
+    "killed": "yellow",
+    "succeeded": "dim",
+    "removed": "dim",
+}
 MODEL_WIDTH = 9  # "H100 80GB": enough to tell cards apart in the hosts table
 
 
@@ -368,7 +380,7 @@ class JobRow:
     def level(self) -> Level:
         if self.pending:
             return "warn"
-        return "crit" if self.state.lower() in FAILED_JOB_STATES else "ok"
+        return "crit" if self.state in FAILED_STATES else "ok"
 
 
 def _attempt_no(j: Job) -> int | None:
@@ -434,20 +446,20 @@ def still_pending(entry: str, snapshot: RawSnapshot | None) -> bool:
     if job is None:
         # kill: a job that left the queue is gone; relaunch: nothing to confirm against.
         return False
-    state = job.state.lower()
+    state = job.state
     if kind == "kill":
-        return state not in ENDED_JOB_STATES
+        return state not in FINAL_STATES
     if kind == "relaunch":
         attempt, before = _attempt_no(job), int(extra) if extra.isdigit() else None
         if before is not None and attempt is not None:
             return attempt <= before
-        return state not in LIVE_JOB_STATES
+        return state not in LIVE_STATES
     return False
 
 
 def running_job(snapshot: Snapshot | None) -> str:
     for j in snapshot.jobs if snapshot is not None else ():
-        if j.state.lower() == "running":
+        if j.state == "running":
             return _str(j.name) or _str(j.id)
     return "-"
 
@@ -613,7 +625,7 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
     out: list[Danger] = []
     for h in hosts:
         for j in job_rows(h, now):
-            if j.state.lower() not in FAILED_JOB_STATES:
+            if j.state not in FAILED_STATES:
                 continue
             named = re.compile(rf"/{re.escape(j.id)}\b")
             if any(host == h.name and named.search(title) for host, title in said):

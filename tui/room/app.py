@@ -25,11 +25,11 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 
+from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState
 from gpuroom.tui.present.view import (
-    ENDED_JOB_STATES,
     HISTORY_LEN,
     Danger,
     GpuView,
@@ -453,7 +453,7 @@ class GpuroomApp(App[None]):
         if picked is None:
             return
         h, job = picked
-        if job.state.lower() in ENDED_JOB_STATES:
+        if job.state in FINAL_STATES:
             self.notify(f"job {job.id} on {h.name} already {job.state}", severity="warning")
             return
         label = f"{job.id} ({job.name})" if job.name else job.id

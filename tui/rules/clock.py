@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuroom.profiles import Profile
+from gpuroom.remote.queue_events import ACTIVE_STATES, FINAL_STATES
 from gpuroom.tui.rules.doctor import (
     SEVERITY_RANK,
     Finding,
@@ -26,9 +27,6 @@ from gpuroom.tui.rules.doctor import (
 )
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Gpu, Job, Snapshot
-
-ACTIVE_STATES = ("launching", "running")
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
 
 # A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
 # ~70 of 700 W; the idle A10 of fixtures/throttle/a10-... 21.3 of 150 W).

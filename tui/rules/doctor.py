@@ -18,14 +18,12 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from gpuroom.profiles import Profile
+from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
-
-ACTIVE_STATES = ("launching", "running")
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
 
 # U21: "100% util" with the SM clock and the power both low is a GPU fed a trickle of kernels.
 UNDERFED_UTIL_PCT = 80.0

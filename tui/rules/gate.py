@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.snapshot import Snapshot
 
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 
