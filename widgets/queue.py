@@ -7,7 +7,8 @@ from textual import on
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.present.view import STATE_STYLE, JobRow, fmt_age
+from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.view import STATE_STYLE, JobRow
 from gpuroom.tui.room.messages import JobSelected
 from gpuroom.widgets.rowtable import RowTable
 

@@ -16,6 +16,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.format import fmt_hours, fmt_pct
 from gpuroom.tui.present.view import disk_rows
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
@@ -50,7 +51,7 @@ def _print_table(states: list[HostState]) -> None:
     from rich.text import Text
 
     table = Table(title="gpuroom status")
-    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk %", "inode %", "error"):
+    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk", "inodes", "error"):
         table.add_column(col)
     for s in states:
         snap = s.view
@@ -61,10 +62,10 @@ def _print_table(states: list[HostState]) -> None:
             s.name,
             s.state.value.upper(),
             Text(sanitize_line(hostname or "-")),
-            f"{uptime / 3600:.1f}h" if uptime else "-",
+            fmt_hours(uptime) if uptime else "-",
             str(len(snap.gpus)) if snap is not None else "-",
-            f"{b:.0f}" if b is not None else "-",
-            f"{i:.0f}" if i is not None else "-",
+            fmt_pct(b),
+            fmt_pct(i),
             # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
             Text(sanitize_line(s.error or "")[:120]),
         )

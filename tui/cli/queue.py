@@ -16,6 +16,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.format import fmt_age
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.sanitize import display_line, sanitize_line
 from gpuroom.tui.snapshot import read_queue_view
@@ -219,7 +220,7 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         cells: list[Text | str] = [Text(sanitize_line(job.id)),
                  Text(sanitize_line(job.name or "")),
                  Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
-                 f"{duration:.1f}s" if duration is not None else "-",
+                 fmt_age(duration),
                  Text(display_line(job.command.encode())[:60])]
         if slurm:
             cells.append(Text(display_line(slurm_summary(job).encode())))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuroom.tui.present.format import fmt_mmss
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job
 
@@ -16,8 +17,7 @@ def slurm_summary(job: Job) -> str:
     if job.node and job.state == "running":
         parts.append(job.node)
     if job.time_left_s is not None:
-        left = int(job.time_left_s)
-        parts.append(f"{left // 60}:{left % 60:02d} left")
+        parts.append(f"{fmt_mmss(job.time_left_s)} left")
     if job.restarts:
         parts.append(f"requeued x{job.restarts}")
     return sanitize_line(" ".join(parts))  # the reason and node are Slurm's text, from the box

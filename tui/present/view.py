@@ -19,6 +19,7 @@ from gpuroom.remote.queue_events import (
     LIVE_STATES,
 )
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.format import fmt_age, fmt_hours, fmt_money, fmt_pct, fmt_whole
 from gpuroom.tui.present.slurm import slurm_summary
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
@@ -72,55 +73,6 @@ def _str(value: Any) -> str:
 def worst(*levels: Level) -> Level:
     """The more urgent of several levels."""
     return max(levels, key=lambda lv: _LEVEL_RANK[lv], default="ok")
-
-
-# ----------------------------------------------------------------------------- formatting
-
-
-def fmt_age(seconds: float | None) -> str:
-    """Compact age: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s."""
-    if seconds is None:
-        return "-"
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """``df -h`` style, powers of 1024: 512B, 1.5K, 252G."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if abs(value) < 1024 or unit == "P":
-            if unit == "B":
-                return f"{int(value)}B"
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-        value /= 1024
-    return f"{value:.0f}P"  # pragma: no cover - loop always returns
-
-
-def fmt_count(n: float | None) -> str:
-    """``df -hi`` style counts, powers of 1000: 980, 16K, 1.2M."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("", "K", "M", "G"):
-        if abs(value) < 1000 or unit == "G":
-            if unit == "":
-                return f"{int(value)}"
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-        value /= 1000
-    return f"{value:.0f}G"  # pragma: no cover
-
-
-def fmt_pct(p: float | None) -> str:
-    return "-" if p is None else f"{p:.0f}%"
 
 
 def box_now(host: HostState, now: float) -> float:
@@ -249,13 +201,9 @@ def gpu_summary(rows: Sequence[GpuRow]) -> tuple[str, str, str]:
 
     sm, sm_max = mean(r.sm_mhz for r in rows), mean(r.sm_max_mhz for r in rows)
     pw, pw_max = total(r.power_w for r in rows), total(r.power_limit_w for r in rows)
-    sm_text = f"{_n(sm)}/{_n(sm_max)}" if sm is not None else "-"
-    pw_text = f"{_n(pw)}/{_n(pw_max)}" if pw is not None else "-"
+    sm_text = f"{fmt_whole(sm)}/{fmt_whole(sm_max, missing='?')}" if sm is not None else "-"
+    pw_text = f"{fmt_whole(pw)}/{fmt_whole(pw_max, missing='?')}" if pw is not None else "-"
     return count, sm_text, pw_text
-
-
-def _n(v: float | None) -> str:
-    return "?" if v is None else f"{v:.0f}"
 
 
 # ----------------------------------------------------------------------------- disks
@@ -556,8 +504,8 @@ def billed_cell(price_per_hour: float | None, seconds: float | None) -> str:
     """Spend so far, short: "$9.96 4.0h"; without a price only the hours."""
     if seconds is None:
         return "-"
-    hours = f"{seconds / 3600:.1f}h"
-    return hours if price_per_hour is None else f"${price_per_hour * seconds / 3600:.2f} {hours}"
+    return " ".join(part for part in (fmt_money(price_per_hour, seconds), fmt_hours(seconds))
+                    if part)
 
 
 def findings_cell(severities: Iterable[str]) -> tuple[str, Level]:
@@ -638,25 +586,7 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
 
 # ----------------------------------------------------------------------------- history
 
-SPARK_CHARS = "▁▂▃▄▅▆▇█"
 HISTORY_LEN = 24  # points of SM clock / power history per GPU (one per poll)
-
-
-def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
-    """Block-character sparkline scaled to ``top`` (e.g. the max clock), gaps as spaces.
-
-    Scaled to the hardware maximum, not to the window's own max, so a GPU stuck at a
-    throttled clock reads low instead of filling the line (U21/U23).
-    """
-    got = [v for v in values if v is not None]
-    hi = top if top else (max(got) if got else 0.0)
-    if not hi:
-        return " " * len(values)
-    steps = len(SPARK_CHARS) - 1
-    return "".join(
-        " " if v is None else SPARK_CHARS[min(steps, max(0, round(v / hi * steps)))]
-        for v in values
-    )
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState
+from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.present.view import (
     HISTORY_LEN,
     Danger,
@@ -555,9 +556,8 @@ class GpuroomApp(App[None]):
             if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
                 return
             last[0] = now
-            eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
-            queue.border_subtitle = (f"pull {jid}: {p.done >> 20}/{p.total >> 20} MiB "
-                                     f"{p.rate_bps / (1 << 20):.1f} MiB/s ETA {eta}")
+            queue.border_subtitle = (f"pull {jid}: "
+                                     f"{fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}")
 
         try:
             results = await self.fleet.pull(host, job, progress)

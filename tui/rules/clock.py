@@ -18,11 +18,11 @@ from typing import Any
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, FINAL_STATES
+from gpuroom.tui.present.format import fmt_duration, fmt_money
 from gpuroom.tui.rules.doctor import (
     SEVERITY_RANK,
     Finding,
     Severity,
-    fmt_duration,
     walltime_left,
 )
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
@@ -57,10 +57,6 @@ class ClockItem:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _money(price: float | None, seconds: float) -> str:
-    return f"${price * seconds / 3600.0:.2f}" if price is not None else ""
 
 
 def gpu_idle(gpu: Gpu) -> bool:
@@ -186,13 +182,14 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
     if billed is not None and price_per_hour is not None:
         since = "rented" if rented_at is not None else "boot"
         out.append(ClockItem(host, "spend", "info",
-                             f"{_money(price_per_hour, billed)} billed over {fmt_duration(billed)} "
-                             f"since {since} (${price_per_hour:.2f}/h)", billed))
+                             f"{fmt_money(price_per_hour, billed)} billed over "
+                             f"{fmt_duration(billed)} since {since} (${price_per_hour:.2f}/h)",
+                             billed))
     idle = tracker.idle_for(host, now) if tracker is not None else None
     if idle is not None and idle >= IDLE_NOTE_S:
         sev: Severity = ("critical" if idle >= IDLE_CRIT_S
                          else "warn" if idle >= IDLE_WARN_S else "info")
-        cost = _money(price_per_hour, idle)
+        cost = fmt_money(price_per_hour, idle)
         out.append(ClockItem(host, "idle", sev,
                              f"idle {fmt_duration(idle)} while billing"
                              + (f": {cost} burnt" if cost else "")

@@ -20,6 +20,7 @@ from typing import Literal
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
@@ -39,6 +40,7 @@ THROTTLE_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdow
 IDLE_UTIL_PCT = 5.0
 # U43: a log quiet for less than this is just between prints, not "frozen".
 LOG_SILENT_S = 120.0
+MIB = 1 << 20  # NVML and the queue count GPU memory in MiB
 # U7 / U6 thresholds.
 INODE_WARN_PCT = 90.0
 INODE_CRIT_PCT = 99.0
@@ -142,13 +144,6 @@ def _attempt_no(job: Job | None) -> int | None:
     return a.attempt if a is not None else None
 
 
-def _shown(value: float | int | None) -> str:
-    """A reported number as the finding words it: 1980, 21.3; "?" when not reported."""
-    if value is None:
-        return "?"
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
 def _gpu_label(gpu: Gpu) -> str:
     return f"GPU {gpu.index if gpu.index is not None else '?'} ({gpu.name or 'GPU'})"
 
@@ -162,26 +157,6 @@ def _log_size(job: Job) -> float | None:
     if chunk is None:
         return None
     return chunk.size if chunk.size is not None else chunk.next_offset
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover - the loop returns at TiB
-
-
-def fmt_duration(seconds: float) -> str:
-    """A duration as the doctor and the clock word it: 40 s, 12 min, 3.5 h, 4 days."""
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
 
 
 # ------------------------------------------------------------------------------- link
@@ -464,9 +439,9 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
         if _underfed(gpu) and old is not None and _underfed(old):
             out.append(_finding(
                 "U21", "warn", host, f"{label} underfed: util high, SM clock and power low",
-                f"util {_shown(gpu.util_gpu_pct)} %, SM {_shown(gpu.clock_sm_mhz)}/"
-                f"{_shown(gpu.clock_sm_max_mhz)} MHz, power {_shown(gpu.power_w)}/"
-                f"{_shown(gpu.power_limit_w)} W"))
+                f"util {fmt_number(gpu.util_gpu_pct)} %, SM {fmt_number(gpu.clock_sm_mhz)}/"
+                f"{fmt_number(gpu.clock_sm_max_mhz)} MHz, power {fmt_number(gpu.power_w)}/"
+                f"{fmt_number(gpu.power_limit_w)} W"))
         active = sorted(set(gpu.clock_event_reasons) & THROTTLE_REASONS)
         temp, clock, clock_max = gpu.temp_c, gpu.clock_sm_mhz, gpu.clock_sm_max_mhz
         hot_slow = (temp is not None and temp >= HOT_C and clock is not None
@@ -475,7 +450,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             seen = []
             if active:
                 seen.append("active: " + ", ".join(active))
-            seen.append(f"temp {_shown(temp)} C, SM {_shown(clock)}/{_shown(clock_max)} MHz")
+            seen.append(f"temp {fmt_number(temp)} C, "
+                        f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
         pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
@@ -533,7 +509,7 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                 out.append(_finding(
                     "U38", "info", host, f"{label} runs with the GPU at ~0 % util",
                     f"util {', '.join(f'{u:.0f}' for u in utils if u is not None)} %, "
-                    + ("log grew " + _fmt_bytes((size_new or 0) - (size_old or 0))
+                    + ("log grew " + fmt_bytes((size_new or 0) - (size_old or 0))
                        if log_grew else "checkpoint advanced")
                     + ": CPU-data-bound, not stalled"))
             if log_flat and ckpt_moved and window is not None and window >= LOG_SILENT_S:
@@ -586,8 +562,8 @@ def _vram_short(host: str, label: str, job: Job, snap: Snapshot) -> list[Finding
         return []
     return [_finding(
         "U10", "warn", host, f"{label} will not fit in free VRAM",
-        f"asks {ask:.0f} MiB on {need} GPU(s); free MiB per GPU: "
-        + ", ".join(f"{f:.0f}" for f in free))]
+        f"asks {fmt_bytes(ask * MIB)} on {need} GPU(s); free per GPU: "
+        + ", ".join(fmt_bytes(f * MIB) for f in free))]
 
 
 # ------------------------------------------------------------------------------- disks
@@ -643,7 +619,7 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
             assert fb is not None
             out.append(_finding(
                 "U6", "critical", host, f"{where}: disk {bytes_pct:.0f} % full",
-                f"{_fmt_bytes(fb)} free of {_fmt_bytes(tb or 0)}: the next torch.save fails"))
+                f"{fmt_bytes(fb)} free of {fmt_bytes(tb or 0)}: the next torch.save fails"))
     seen_u6 = {f.title.split(":")[0] for f in out if f.id == "U6"}
     for key, job in _jobs(snap).items():
         c = job.checkpoint
@@ -664,11 +640,11 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
         if path.endswith(TMP_SUFFIXES) and pct >= BYTES_LOW_PCT:
             out.append(_finding(
                 "U6", "warn", host, f"job {key}: a checkpoint temp file on a {pct:.0f} % disk",
-                f"{path} on {where}, {_fmt_bytes(fb)} free"))
+                f"{path} on {where}, {fmt_bytes(fb)} free"))
         elif size is not None and size > fb and job.state in ACTIVE_STATES:
             out.append(_finding(
                 "U6", "critical", host, f"job {key}: the next checkpoint will not fit",
-                f"newest checkpoint {_fmt_bytes(size)}, {_fmt_bytes(fb)} free on {where}"))
+                f"newest checkpoint {fmt_bytes(size)}, {fmt_bytes(fb)} free on {where}"))
     return out
 
 

@@ -10,14 +10,13 @@ import pytest
 from paths import DATA
 
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.format import fmt_age
 from gpuroom.tui.present.view import (
     LogChunk,
     LogCursor,
     advance_log,
     disk_rows,
     failed_job_dangers,
-    fmt_age,
-    fmt_bytes,
     gpu_absence,
     gpu_rows,
     gpu_summary,
@@ -28,7 +27,6 @@ from gpuroom.tui.present.view import (
     pending_add,
     pending_kill,
     pending_relaunch,
-    sparkline,
     still_pending,
 )
 from gpuroom.tui.snapshot import read_optional as view
@@ -46,29 +44,6 @@ def scenario_host(name: str, host: str) -> HostState:
 
 def up(snapshot: dict[str, Any] | None, name: str = "box") -> HostState:
     return HostState(name=name, state=LinkState.UP, snapshot=snapshot, last_ok=NOW - 30)
-
-
-# ------------------------------------------------------------------ formatting
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(None, "-"), (-5, "0s"), (42, "42s"), (180, "3m"), (7500, "2h05m"),
-     (3 * 86400 + 7200, "3d02h")],
-)
-def test_fmt_age(seconds: float | None, text: str) -> None:
-    assert fmt_age(seconds) == text
-
-
-def test_fmt_bytes_is_df_h_like() -> None:
-    assert [fmt_bytes(n) for n in (None, 512, 1536, 252 * 2**30)] == ["-", "512B", "1.5K", "252G"]
-
-
-def test_sparkline_scales_to_the_hardware_max() -> None:
-    # A GPU stuck at half clock reads half-height even though it never changes (U23).
-    assert sparkline([990.0, 990.0], top=1980) == "▅▅"
-    assert sparkline([None, 1980.0], top=1980) == " █"
-    assert sparkline([], top=None) == ""
 
 
 # ------------------------------------------------------------------ link state
