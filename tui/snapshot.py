@@ -22,7 +22,7 @@ import binascii
 import dataclasses
 import math
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -131,11 +131,12 @@ def reason_names(value: Any) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------- the table
 
-# Where the real helper writes a key, for the schema test: "probe" on every poll of a box
-# (the queue's job keys once a job has run), "failure" only on a failure path the test
-# provokes (a missing mount), "slurm" on jobs of a Slurm queue (tests/data/slurm/session.jsonl),
-# "kernel" on kernel events (the dmesg captures).
-Origin = Literal["probe", "failure", "slurm", "kernel"]
+# Where the real helper writes a key, for tests/system/test_snapshot_schema.py: "probe" on a
+# poll of a box (the queue's job keys once a job has run), "failure" only on a failure path
+# (a missing mount, a collector that raised), "slurm" on jobs of a Slurm queue
+# (tests/data/slurm/session.jsonl), "kernel" on kernel events (the dmesg captures), "vram" on
+# a process holding /dev/nvidia* (remote/vram.py's scan).
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram"]
 Shape = Literal["leaf", "one", "maybe", "many", "named"]
 
 
@@ -209,6 +210,31 @@ def schema_keys(view: type[View], prefix: str = "") -> Iterator[tuple[str, Key]]
         if k.view is not None:
             sub = {"many": "[].", "named": "{}."}.get(k.shape, ".")
             yield from schema_keys(k.view, path + sub)
+
+
+def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[str]:
+    """Which keys ``view`` reads occur, in their current spelling, in the raw objects ``objs``
+    (named as schema_keys names them). A key whose parent never occurs is not seen."""
+    found = [o for o in objs if isinstance(o, Mapping)]
+    out: set[str] = set()
+    for k in view.KEYS:
+        values = [o[k.key] for o in found if k.key in o]
+        path = f"{prefix}{k.key}"
+        if values:
+            out.add(path)
+        if k.view is None:
+            continue
+        if k.shape in ("one", "maybe"):
+            children = values
+            sub = "."
+        elif k.shape == "many":
+            children = [x for v in values if isinstance(v, list) for x in v]
+            sub = "[]."
+        else:
+            children = [x for v in values if isinstance(v, Mapping) for x in v.values()]
+            sub = "{}."
+        out |= keys_seen(k.view, children, path + sub)
+    return out
 
 
 # ----------------------------------------------------------------------------- sections
@@ -402,9 +428,9 @@ class VramHolder(View):
     comm: str | None
     state: str | None
     KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("pid", "pid", integer),
-        Key("comm", "comm", text),
-        Key("state", "state", text),
+        Key("pid", "pid", integer, origin="vram"),
+        Key("comm", "comm", text, origin="vram"),
+        Key("state", "state", text, origin="vram"),
     )
 
 
@@ -738,6 +764,7 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> 
 __all__ = [
     "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper", "Host", "Job",
     "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
-    "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "number",
+    "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
+    "number",
     "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "text", "with_jobs",
 ]
