@@ -8,8 +8,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from gpuroom.tui.present.disks import DiskRow
 from gpuroom.tui.present.format import fmt_bytes, fmt_count, fmt_pct
-from gpuroom.tui.present.view import DiskRow, Level
+from gpuroom.tui.present.levels import Level
 
 BAR_WIDTH = 8
 LEVEL_COLOR: dict[Level, str] = {"ok": "green", "warn": "yellow", "crit": "bold red"}

@@ -9,7 +9,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gpuroom.tui.present.format import fmt_whole, sparkline
-from gpuroom.tui.present.view import GpuRow, GpuView
+from gpuroom.tui.present.gpus import GpuRow, GpuView
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 

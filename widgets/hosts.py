@@ -7,7 +7,8 @@ from textual import on
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.present.view import HostRow, Level
+from gpuroom.tui.present.hosts import HostRow
+from gpuroom.tui.present.levels import Level
 from gpuroom.tui.room.messages import HostSelected
 from gpuroom.widgets.rowtable import RowTable
 

@@ -16,8 +16,8 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_hours, fmt_pct
-from gpuroom.tui.present.view import disk_rows
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 from gpuroom.tui.transport.link import LinkError

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuroom.tui.sanitize import sanitize_line
+
 NA = "-"  # a value the box did not report
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _COUNT_UNITS = ("", "K", "M", "G")
@@ -125,3 +127,9 @@ def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
         " " if v is None else SPARK_CHARS[min(steps, max(0, round(v / hi * steps)))]
         for v in values
     )
+
+
+def fmt_text(value: object) -> str:
+    """Text the box wrote, made inert for a pane: its escape sequences never reach the
+    terminal (gpuroom.tui.sanitize)."""
+    return "" if value is None else sanitize_line(str(value))

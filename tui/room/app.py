@@ -29,20 +29,15 @@ from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState
+from gpuroom.tui.present.banner import Danger, failed_job_dangers
+from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_progress
+from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
+from gpuroom.tui.present.hosts import billed_cell, host_row
+from gpuroom.tui.present.log import log_chunk
 from gpuroom.tui.present.view import (
-    HISTORY_LEN,
-    Danger,
-    GpuView,
     JobRow,
-    billed_cell,
-    disk_rows,
-    failed_job_dangers,
-    gpu_absence,
-    gpu_rows,
-    host_row,
     job_rows,
-    log_chunk,
     pending_add,
     pending_kill,
     pending_relaunch,

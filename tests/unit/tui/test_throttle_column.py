@@ -17,7 +17,7 @@ from fakes.nvml import A10, RTX2080, FakeNvml
 
 from gpuroom.remote import gpu
 from gpuroom.remote.probe import ProbeSession
-from gpuroom.tui.present.view import gpu_rows
+from gpuroom.tui.present.gpus import gpu_rows
 from gpuroom.tui.snapshot import read_snapshot
 
 

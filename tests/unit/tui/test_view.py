@@ -10,20 +10,14 @@ import pytest
 from paths import DATA
 
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.banner import failed_job_dangers
+from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.gpus import gpu_absence, gpu_rows, gpu_summary
+from gpuroom.tui.present.hosts import host_row, link_text
+from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log, log_chunk
 from gpuroom.tui.present.view import (
-    LogChunk,
-    LogCursor,
-    advance_log,
-    disk_rows,
-    failed_job_dangers,
-    gpu_absence,
-    gpu_rows,
-    gpu_summary,
-    host_row,
     job_rows,
-    link_text,
-    log_chunk,
     pending_add,
     pending_kill,
     pending_relaunch,
