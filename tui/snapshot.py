@@ -650,7 +650,8 @@ class QueueView(View):
 
 def _named_jobs(jobs: tuple[Job, ...], queue: str) -> tuple[Job, ...]:
     # A job without an id cannot be shown, acted on or followed: it is not read at all.
-    return tuple(dataclasses.replace(j, queue=queue) for j in jobs if j.id)
+    return tuple(j if j.queue == queue else dataclasses.replace(j, queue=queue)
+                 for j in jobs if j.id)
 
 
 @dataclass(frozen=True, slots=True)
