@@ -118,7 +118,7 @@ async def measure_pane(rounds: int, chunk_kib: int) -> dict[str, Any]:
 
     from gpuroom.tui import sanitize
     from gpuroom.tui.fleet.api import StaticFleet
-    from gpuroom.tui.present.view import LogChunk
+    from gpuroom.tui.present.log import LogChunk
     from gpuroom.tui.room.app import GpuroomApp
     from gpuroom.widgets.logtail import LogTail
 
@@ -180,7 +180,7 @@ async def measure(variant: str, *, n_hosts: int, seconds: float, rate_mb: float,
     from textual import events
 
     from gpuroom.tui.fleet.api import StaticFleet
-    from gpuroom.tui.present.view import advance_log as real_advance
+    from gpuroom.tui.present.log import advance_log as real_advance
     from gpuroom.tui.room.app import GpuroomApp
     from gpuroom.widgets import logtail
     from gpuroom.widgets.hosts import HostsTable

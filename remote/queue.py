@@ -46,6 +46,7 @@ from . import queue_slurm
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
+    LIVE_STATES,
     EventReader,
     EventWriter,
     check_queue_name,
@@ -222,8 +223,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     if limit is not None and len(jobs) > limit:
         # Bounded answer, but never hide what is live or waiting.
         keep = {j["id"] for j in jobs[-limit:]}
-        jobs = [j for j in jobs if j["id"] in keep or j["state"] in ACTIVE_STATES
-                or j["state"] == "queued"]
+        jobs = [j for j in jobs if j["id"] in keep or j["state"] in LIVE_STATES]
     return {
         "queue": queue,
         "dir": qdir,
@@ -539,7 +539,7 @@ def _slurm_request(kind: str, root: str, queue: str, job: str) -> int:
         doc = queue_slurm.relaunch(root, queue, job)
     elif kind == "remove":
         found = queue_slurm.find_job(root, queue, job) or {}
-        if found.get("state") in ("queued", "running"):
+        if found.get("state") in LIVE_STATES:
             doc = {"ok": False, "queue": queue, "job": job, "result": "rejected",
                    "error": f"job is {found.get('state')}; kill it first"}
         else:

@@ -38,8 +38,24 @@ REQUEST_EVENTS = ("added", "configured", "kill_requested", "relaunch_requested",
 # Requests the runner must answer with an event carrying ``req``.
 ANSWERED_REQUESTS = ("kill_requested", "relaunch_requested", "remove_requested",
                      "reorder_requested")
-ACTIVE_STATES = ("launching", "running")
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+
+# The job-state vocabulary, public: the runner (fold below) and the Slurm fold
+# (queue_slurm.fold_slurm) are the only writers of a job's state, so the jump host imports
+# these names instead of keeping its own lists (pueue's rule: one owner of job state).
+#   queued     waiting for a slot (local), or submitted and PENDING in Slurm
+#   launching  the runner has recorded a launch and not yet the process (local jobs only)
+#   running    a process exists (local), or Slurm says RUNNING
+#   succeeded  exit 0 (local) / COMPLETED with code 0 (Slurm)
+#   failed     any other end that nobody asked for: a non-zero exit or a signal, a reboot that
+#              orphaned it, a vanished wrapper, unschedulable; Slurm FAILED, TIMEOUT,
+#              OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, ...
+#   killed     ended on request (queue kill; scancel, Slurm CANCELLED)
+#   removed    taken off the queue on request
+STATES = ("queued", "launching", "running", "succeeded", "failed", "killed", "removed")
+ACTIVE_STATES = ("launching", "running")  # a process exists or is being started
+FINAL_STATES = ("succeeded", "failed", "killed", "removed")  # nothing will change it again
+LIVE_STATES = ("queued", *ACTIVE_STATES)  # not final: waiting or active
+FAILED_STATES = ("failed",)  # ended badly without being asked to
 DEFAULT_CONFIG: Dict[str, Any] = {"slots": 1, "durable_dir": None, "idle_exit_s": 60.0,
                                   "kill_grace_s": 30.0}
 
@@ -300,9 +316,10 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
         if kind in ANSWERED_REQUESTS:
             requests[seq] = ev
             continue
-        job = jobs.get(str(ev.get("job")))
-        if job is None:
+        found = jobs.get(str(ev.get("job")))
+        if found is None:
             continue
+        job = found
         if kind == "launching":
             if job["id"] in order:
                 order.remove(job["id"])
@@ -373,9 +390,9 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
 
     pending = [requests[s] for s in sorted(requests) if s not in answered]
     for req in pending:
-        job = jobs.get(str(req.get("job")))
-        if job is not None and req["ev"] == "kill_requested":
-            job["kill_pending"] = True
+        target = jobs.get(str(req.get("job")))
+        if target is not None and req["ev"] == "kill_requested":
+            target["kill_pending"] = True
     for pos, job_id in enumerate(order):
         jobs[job_id]["position"] = pos
     for job in jobs.values():

@@ -41,7 +41,14 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .queue_events import EventReader, EventWriter, _last_seq_and_newline, _new_job, queue_dir
+from .queue_events import (
+    LIVE_STATES,
+    EventReader,
+    EventWriter,
+    _last_seq_and_newline,
+    _new_job,
+    queue_dir,
+)
 from .queue_runner import import_path
 from .slurmparse import parse_sacct, parse_slurm_duration, split_job_id
 
@@ -309,7 +316,7 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
     warnings: List[str] = []
     now = time.time()
     open_jobs = {str(j["slurm_id"]): j for j in jobs.values()
-                 if j["slurm_id"] and j["state"] in ("queued", "running")}
+                 if j["slurm_id"] and j["state"] in LIVE_STATES}
     live: Dict[str, Dict[str, Any]] = {}
     ended: Dict[str, Dict[str, Any]] = {}
     try:
@@ -355,7 +362,7 @@ def refresh_records(qdir: str, events: List[Dict[str, Any]],
     jobs = fold_slurm(events)
     for job_id, job in jobs.items():
         before = live_jobs.get(job_id)
-        if before is not None and job["state"] in ("queued", "running"):
+        if before is not None and job["state"] in LIVE_STATES:
             jobs[job_id] = before
         _attach_runs(qdir, jobs[job_id])
     return list(jobs.values())
@@ -582,7 +589,7 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
     base = {"queue": queue, "job": job_id}
     if job is None or not job["slurm_id"]:
         return {**base, "ok": False, "error": f"no submitted Slurm job {job_id}"}
-    if job["state"] not in ("queued", "running"):
+    if job["state"] not in LIVE_STATES:
         return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
     env = command_env(slurm_config(events))
     slurm_id = str(job["slurm_id"])
@@ -594,7 +601,7 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
     while True:
         jobs, _warnings = refresh(qdir, _read(qdir))
         now_job = next((j for j in jobs if j["id"] == job_id), None)
-        if now_job is not None and now_job["state"] not in ("queued", "running"):
+        if now_job is not None and now_job["state"] not in LIVE_STATES:
             return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
                     "state": now_job["state"], "slurm_state": now_job["slurm_state"]}
         if time.monotonic() >= deadline:
@@ -612,7 +619,7 @@ def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
     base = {"queue": queue, "job": job_id}
     if job is None:
         return {**base, "ok": False, "error": f"no Slurm job {job_id}"}
-    if job["state"] in ("queued", "running"):
+    if job["state"] in LIVE_STATES:
         return {**base, "ok": False, "result": "rejected",
                 "error": f"job is {job['state']}; kill it first"}
     writer = EventWriter(qdir)

@@ -1,7 +1,7 @@
 """What the fleet knows about each host: the data every pane renders.
 
-Plain dataclasses and the probe's JSON dicts. Only the fleet writes them, from the event
-loop (tui/fleet/); the room and the rules read them.
+Plain dataclasses, the probe's raw JSON document and its parsed view (tui/snapshot.py).
+Only the fleet writes them, from the event loop (tui/fleet/); the room and the rules read them.
 """
 
 from __future__ import annotations
@@ -9,9 +9,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import Literal
 
-Snapshot = dict[str, Any]
+from gpuroom.tui.snapshot import RawSnapshot, read_snapshot
+from gpuroom.tui.snapshot import Snapshot as SnapshotView
+
+# The raw document as the helper sent it (recorded and printed as is); read it through
+# HostState.view or gpuroom.tui.snapshot.read_snapshot, never by its keys.
+Snapshot = RawSnapshot
 
 
 class LinkState(str, Enum):
@@ -45,6 +50,9 @@ class HostState:
     """One host as the jump host last saw it."""
 
     name: str
+    # (raw, its view): the raw document is parsed once, however many panes read it.
+    _parsed: tuple[Snapshot, SnapshotView] | None = field(default=None, init=False, repr=False,
+                                                         compare=False)
     profile: str = "generic-ssh"
     state: LinkState = LinkState.DOWN
     error: str | None = None
@@ -62,3 +70,17 @@ class HostState:
         if self.last_ok is None:
             return None
         return (now if now is not None else time.time()) - self.last_ok
+
+    @property
+    def view(self) -> SnapshotView | None:
+        """The latest snapshot, read (None before the first good poll).
+
+        Cached by the raw document's identity: the fleet replaces the dict on every poll and
+        never edits one in place.
+        """
+        raw = self.snapshot
+        if raw is None:
+            return None
+        if self._parsed is None or self._parsed[0] is not raw:
+            self._parsed = (raw, read_snapshot(raw))
+        return self._parsed[1]

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.present.view import Danger
+from gpuroom.tui.present.banner import Danger
 
 MAX_LINES = 3
 

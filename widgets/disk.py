@@ -8,7 +8,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.present.view import DiskRow, Level, fmt_bytes, fmt_count, fmt_pct
+from gpuroom.tui.present.disks import DiskRow
+from gpuroom.tui.present.format import fmt_bytes, fmt_count, fmt_pct
+from gpuroom.tui.present.levels import Level
 
 BAR_WIDTH = 8
 LEVEL_COLOR: dict[Level, str] = {"ok": "green", "warn": "yellow", "crit": "bold red"}
@@ -47,7 +49,9 @@ class DiskPanel(Widget):
         table.add_column("use%", justify="right")
         table.add_column("bytes", no_wrap=True)
         if wide:
-            table.add_column("inodes", justify="right")
+            # "itot" beside "ifree" and "iuse%": a sixth letter no longer fits once sizes
+            # carry their unit (252GiB, not 252G).
+            table.add_column("itot", justify="right")
             table.add_column("ifree", justify="right")
         table.add_column("iuse%", justify="right")
         table.add_column("inodes", no_wrap=True)

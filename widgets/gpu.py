@@ -8,17 +8,14 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.present.view import GpuRow, GpuView, sparkline
+from gpuroom.tui.present.format import fmt_whole, sparkline
+from gpuroom.tui.present.gpus import GpuRow, GpuView
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 
 
-def _v(x: float | None, unit: str = "") -> str:
-    return "-" if x is None else f"{x:.0f}{unit}"
-
-
 def _clock(cur: float | None, top: float | None) -> Text:
-    text = Text(f"{_v(cur)}/{_v(top)}")
+    text = Text(f"{fmt_whole(cur)}/{fmt_whole(top)}")
     # U21/U23: an SM clock far below max while busy is the throttling/starvation tell.
     if cur is not None and top and cur < 0.7 * top:
         text.stylize("yellow")
@@ -57,10 +54,10 @@ class GpuPanel(Widget):
         for i, g in enumerate(view.rows):
             cells: list[Text | str] = [
                 str(g.index),
-                f"{_v(g.power_w)}/{_v(g.power_limit_w)}",
-                _v(g.temp_c, "C"),
-                _v(g.util_gpu),
-                _v(g.util_mem),
+                f"{fmt_whole(g.power_w)}/{fmt_whole(g.power_limit_w)}",
+                fmt_whole(g.temp_c, "C"),
+                fmt_whole(g.util_gpu),
+                fmt_whole(g.util_mem),
                 _clock(g.sm_mhz, g.sm_max_mhz),
                 _clock(g.mem_mhz, g.mem_max_mhz),
             ]
@@ -81,7 +78,7 @@ def _hist(history: tuple[tuple[float | None, ...], ...], i: int, top: float | No
 def _vram(g: GpuRow) -> str:
     if g.mem_used_mib is None or g.mem_total_mib is None:
         return "-"
-    return f"{g.mem_used_mib / 1024:.0f}/{g.mem_total_mib / 1024:.0f}"
+    return f"{fmt_whole(g.mem_used_mib / 1024)}/{fmt_whole(g.mem_total_mib / 1024)}"
 
 
 def _throttle(g: GpuRow) -> Text:

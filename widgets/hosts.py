@@ -10,7 +10,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.present.view import HostRow, Level
+from gpuroom.tui.present.hosts import HostRow
+from gpuroom.tui.present.levels import Level
 from gpuroom.widgets.rowtable import RowTable
 
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}

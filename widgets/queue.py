@@ -10,15 +10,13 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.present.view import JobRow, fmt_age
+from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.view import STATE_STYLE, JobRow
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
 SLURM_WIDTH = 36
 COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
-STATE_STYLE = {"running": "green", "launching": "green", "failed": "bold red",
-               "orphaned": "bold red", "killed": "yellow", "queued": "cyan", "succeeded": "dim",
-               "removed": "dim"}
 
 
 def _cut(text: str, width: int) -> str:
@@ -57,7 +55,7 @@ class QueueTable(RowTable):
                 # Truthful: the box has not confirmed this yet (principle 3).
                 state = Text(f"{j.pending}…", style="bold magenta")
             else:
-                state = Text(j.state, style=STATE_STYLE.get(j.state.lower(), ""))
+                state = Text(j.state, style=STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
                 Text(j.name),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet.live import Fleet, backoff_delay, iter_jobs
+from gpuroom.tui.fleet.live import Fleet, backoff_delay
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.transport.helper_build import build_bytes, helper_archive
 from gpuroom.tui.transport.link import HostLink, LinkError, cut_to
@@ -141,13 +141,14 @@ async def test_log_cursor_follows_a_running_job(home: Path, monkeypatch: pytest.
         for _ in range(100):  # bounded: 40 lines at 50 ms is ~2 s
             state = await fleet.poll_host("local")
             assert state.state is LinkState.UP, state.error
-            jobs = dict(iter_jobs(state.snapshot or {}))
-            chunk = jobs[f"default/{job}"].get("log_chunk")
+            assert state.view is not None
+            jobs = dict(state.view.iter_jobs())
+            chunk = jobs[f"default/{job}"].log_chunk
             if chunk:
-                assert not chunk["reset"] or received == b""
-                received += base64.b64decode(chunk["data_b64"])
-            if jobs[f"default/{job}"]["state"] == "succeeded" and (
-                    not chunk or chunk["next_offset"] >= chunk["size"]):
+                assert not chunk.reset or received == b""
+                received += base64.b64decode(chunk.data_b64 or "")
+            if jobs[f"default/{job}"].state == "succeeded" and (
+                    not chunk or (chunk.next_offset or 0) >= (chunk.size or 0)):
                 break
             await asyncio.sleep(0.1)
     finally:

@@ -367,6 +367,7 @@ def test_reboot_hook_needs_crontab_and_is_idempotent(box: Box, tmp_path: Path) -
 
 def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
     from gpuroom.tui.rules.doctor import job_findings
+    from gpuroom.tui.snapshot import read_snapshot
 
     doc = box.json("add", "--no-start", "--vram-mib", "40000", "--gpus", "1", "--", "true")
     jobs = box.json("ls")["jobs"]
@@ -376,7 +377,7 @@ def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
     full = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "mem_used_mib": 70000.0,
             "mem_total_mib": 81559.0}
     snap = {"gpus": [full], "queue": {"queues": {"default": {"jobs": [job]}}}}
-    assert [f.id for f in job_findings("box", None, snap)] == ["U10"]
+    assert [f.id for f in job_findings("box", None, read_snapshot(snap))] == ["U10"]
 
 
 def test_runner_session_stays_off_the_users_own_tmux(box: Box, tmp_path: Path) -> None:

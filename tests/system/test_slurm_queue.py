@@ -28,7 +28,8 @@ from paths import ROOT
 from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.present.view import job_rows, log_chunk
+from gpuroom.tui.present.log import log_chunk
+from gpuroom.tui.present.view import job_rows
 
 pytestmark = pytest.mark.sshd
 
@@ -149,7 +150,7 @@ def test_submitted_job_runs_and_its_log_tails_in_the_room(
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 state = await fleet.poll_host("box")
-                chunk = log_chunk(state.snapshot, job["id"])
+                chunk = log_chunk(state.view, job["id"])
                 if chunk is not None:
                     text += chunk.data.decode(errors="replace")
                 if re.search(r"^step \d+ loss", text, re.M):

@@ -45,10 +45,10 @@ def examine(states: list[HostState], now: float) -> tuple[list[Finding], list[Cl
     clocks: list[ClockItem] = []
     for s in states:
         profile = cached_profile(s.profile, cache)
-        findings += diagnose(None, s.snapshot, s.state, profile, now,
+        findings += diagnose(None, s.view, s.state, profile, now,
                              host=s.name, error=s.error, last_ok=s.last_ok)
         if s.state is LinkState.UP:
-            clocks += host_clocks(s.name, s.snapshot, profile, now,
+            clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour)
     return findings, clocks
 

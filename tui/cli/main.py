@@ -20,8 +20,10 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.view import disk_rows
+from gpuroom.tui.present.disks import disk_rows
+from gpuroom.tui.present.format import fmt_hours, fmt_pct
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Snapshot
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -34,7 +36,7 @@ def _state_json(state: HostState) -> dict[str, Any]:
             "snapshot": state.snapshot if state.state is LinkState.UP else None}
 
 
-def _worst_disk(snapshot: dict[str, Any]) -> tuple[float | None, float | None]:
+def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
     """Worst bytes % and inode % over the snapshot's disks, as the disk pane computes them."""
     rows = disk_rows(snapshot)
     bytes_pcts = [r.bytes_pct for r in rows if r.bytes_pct is not None]
@@ -48,21 +50,21 @@ def _print_table(states: list[HostState]) -> None:
     from rich.text import Text
 
     table = Table(title="gpuroom status")
-    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk %", "inode %", "error"):
+    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk", "inodes", "error"):
         table.add_column(col)
     for s in states:
-        snap = s.snapshot or {}
-        host = snap.get("host") or {}
+        snap = s.view
         b, i = _worst_disk(snap)
-        uptime = host.get("uptime_s")
+        uptime = snap.host.uptime_s if snap is not None else None
+        hostname = snap.host.hostname if snap is not None else None
         table.add_row(
             s.name,
             s.state.value.upper(),
-            Text(sanitize_line(str(host.get("hostname") or "-"))),
-            f"{uptime / 3600:.1f}h" if uptime else "-",
-            str(len(snap.get("gpus") or [])) if snap else "-",
-            f"{b:.0f}" if b is not None else "-",
-            f"{i:.0f}" if i is not None else "-",
+            Text(sanitize_line(hostname or "-")),
+            fmt_hours(uptime) if uptime else "-",
+            str(len(snap.gpus)) if snap is not None else "-",
+            fmt_pct(b),
+            fmt_pct(i),
             # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
             Text(sanitize_line(s.error or "")[:120]),
         )

@@ -17,6 +17,7 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import GpuroomError, describe
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
+from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.pull import METHODS, Progress
 
@@ -57,9 +58,8 @@ def _printer() -> Any:
         if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
             return
         last[0] = now
-        eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
-        print(f"\r{p.done >> 20}/{p.total >> 20} MiB  {p.rate_bps / (1 << 20):.1f} MiB/s  "
-              f"ETA {eta}   ", end="", file=sys.stderr, flush=True)
+        print(f"\r{fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}   ", end="",
+              file=sys.stderr, flush=True)
 
     return show
 

@@ -17,8 +17,10 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.format import fmt_age
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.sanitize import display_line, sanitize_line
+from gpuroom.tui.snapshot import read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
@@ -200,27 +202,27 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"queue {doc.get('queue', '')}")
-    slurm = any(job.get("slurm_id") for job in doc.get("jobs") or [])
+    view = read_queue_view(doc)
+    table = Table(title=sanitize_line(f"queue {view.name}"))
+    slurm = any(job.slurm_id for job in view.jobs)
     for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
         table.add_column(col)
     if slurm:
         table.add_column("slurm")
-    for job in doc.get("jobs") or []:
-        attempts = job.get("attempts") or []
-        last = attempts[-1] if attempts else {}
+    for job in view.jobs:
+        last = job.last_attempt
         exit_text = "-"
-        if last.get("exit_code") is not None:
-            exit_text = str(last["exit_code"])
-        elif last.get("signal"):
-            exit_text = f"sig {last['signal']}"
-        duration = last.get("duration")
+        if last is not None and last.exit_code is not None:
+            exit_text = str(last.exit_code)
+        elif last is not None and last.signal:
+            exit_text = f"sig {last.signal}"
+        duration = last.duration if last is not None else None
         # Text() keeps job-provided strings from being read as rich markup.
-        cells: list[Text | str] = [Text(sanitize_line(str(job.get("id")))),
-                 Text(sanitize_line(str(job.get("name") or ""))),
-                 Text(sanitize_line(str(job.get("state")))), str(len(attempts)), exit_text,
-                 f"{duration:.1f}s" if isinstance(duration, (int, float)) else "-",
-                 Text(display_line(" ".join(job.get("argv") or []).encode())[:60])]
+        cells: list[Text | str] = [Text(sanitize_line(job.id)),
+                 Text(sanitize_line(job.name or "")),
+                 Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
+                 fmt_age(duration),
+                 Text(display_line(job.command.encode())[:60])]
         if slurm:
             cells.append(Text(display_line(slurm_summary(job).encode())))
         table.add_row(*cells)

@@ -11,7 +11,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -19,9 +19,10 @@ from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -38,18 +39,6 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
-
-
-def iter_jobs(snapshot: Snapshot) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every job in a snapshot's queues as ("queue/job_id", job)."""
-    queue = snapshot.get("queue")
-    queues = queue.get("queues") if isinstance(queue, dict) else None
-    if not isinstance(queues, dict):
-        return
-    for qname, view in queues.items():
-        for job in (view or {}).get("jobs") or []:
-            if isinstance(job, dict) and job.get("id"):
-                yield f"{qname}/{job['id']}", job
 
 
 class Recorder:
@@ -128,16 +117,15 @@ class Fleet(PendingLedger):
         request.update(self._cursors[name])
         return request
 
-    def _advance_cursors(self, name: str, snapshot: Snapshot) -> None:
+    def _advance_cursors(self, name: str, snapshot: SnapshotView) -> None:
         cursors = self._cursors[name]
-        kernel = snapshot.get("kernel")
-        if isinstance(kernel, dict) and kernel.get("cursor") is not None:
-            cursors["kernel_cursor"] = kernel["cursor"]
+        if snapshot.kernel.cursor is not None:
+            cursors["kernel_cursor"] = snapshot.kernel.cursor
         logs: dict[str, Any] = {}
-        for key, job in iter_jobs(snapshot):
-            chunk = job.get("log_chunk")
-            if isinstance(chunk, dict) and chunk.get("next_offset") is not None:
-                logs[key] = {"offset": chunk["next_offset"], "inode": chunk.get("inode")}
+        for key, job in snapshot.iter_jobs():
+            chunk = job.log_chunk
+            if chunk is not None and chunk.next_offset is not None:
+                logs[key] = {"offset": chunk.next_offset, "inode": chunk.inode}
         cursors["logs"] = logs
 
     async def poll_host(self, name: str) -> HostState:
@@ -165,7 +153,9 @@ class Fleet(PendingLedger):
                 state.error = None
                 state.snapshot = snapshot
                 state.last_ok = state.last_try
-                self._advance_cursors(name, snapshot)
+                view = state.view  # parsed here, once; the panes read the same view
+                assert view is not None
+                self._advance_cursors(name, view)
                 self.retire_confirmed(state)
         if self.recorder is not None:
             self.recorder.write(state)

@@ -15,8 +15,9 @@ import platformdirs
 
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
-from gpuroom.tui.rules.gate import GateResult, evaluate, snapshot_jobs
+from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job, read_queue_view, read_snapshot, with_jobs
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull, take_manifest
 
@@ -27,14 +28,14 @@ def pull_root(host: HostConfig, to: str | None = None) -> Path:
                 or Path(platformdirs.user_data_dir("gpuroom")) / "pulls").expanduser()
 
 
-async def queue_jobs(link: HostLink) -> list[dict[str, Any]]:
+async def queue_jobs(link: HostLink) -> tuple[Job, ...]:
     """The box's full job list (the probe's queue view is bounded)."""
     result = await link.helper("queue", "ls")
     try:
         doc = json.loads(result.stdout)
     except ValueError:
         raise LinkError(link.name, f"queue ls failed ({result.failure()})") from None
-    return [j for j in doc.get("jobs") or [] if isinstance(j, dict)]
+    return read_queue_view(doc).jobs
 
 
 class NoSuchJob(GpuroomError, LookupError):
@@ -45,41 +46,40 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
                     on_progress: Callable[[str, Progress], None] | None = None,
                     method: str = "auto") -> list[tuple[str, PullResult]]:
     """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``."""
-    jobs = [j for j in await queue_jobs(link)
-            if j.get("ckpt_dir") and (job is None or str(j.get("id")) == job)]
+    jobs = [(j.id, j.ckpt_dir) for j in await queue_jobs(link)
+            if j.ckpt_dir and (job is None or j.id == job)]
     if job is not None and not jobs:
         raise NoSuchJob(f"{link.name} has no job {job!r} with a checkpoint dir")
     out: list[tuple[str, PullResult]] = []
-    for j in jobs:
-        jid = str(j["id"])
+    for jid, ckpt_dir in jobs:
 
         def progress(p: Progress, jid: str = jid) -> None:
             if on_progress is not None:
                 on_progress(jid, p)
 
-        out.append((jid, await pull(link, str(j["ckpt_dir"]), root / link.name / jid,
+        out.append((jid, await pull(link, ckpt_dir, root / link.name / jid,
                                     job=jid, on_progress=progress, method=method)))
     return out
 
 
 async def check_gate(link: HostLink) -> GateResult:
     """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
-    snapshot = await link.poll({})
+    snapshot = read_snapshot(await link.poll({}))
     jobs = await queue_jobs(link)
     outputs: dict[str, list[dict[str, Any]] | None] = {}
     for job in jobs:
-        if not job.get("ckpt_dir"):
+        if not job.ckpt_dir:
             continue
-        doc = await take_manifest(link, str(job["ckpt_dir"]))
+        doc = await take_manifest(link, job.ckpt_dir)
         if doc.get("complete"):
-            outputs[str(job["id"])] = doc["files"]
+            outputs[job.id] = doc["files"]
         elif str(doc.get("reason") or "").startswith("not a directory"):
-            outputs[str(job["id"])] = []  # the job never wrote a checkpoint dir
+            outputs[job.id] = []  # the job never wrote a checkpoint dir
         else:
-            outputs[str(job["id"])] = None
-    if not snapshot_jobs(snapshot) and jobs:
+            outputs[job.id] = None
+    if not snapshot.jobs and jobs:
         # The probe's queue view is bounded; fall back to the full list for finality.
-        snapshot = {**snapshot, "queue": {"queues": {"default": {"jobs": jobs}}}}
+        snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
                     expected_helper_sha=link.archive.sha256)
 

@@ -25,24 +25,20 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 
+from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, PendingAction
+from gpuroom.tui.present.banner import Danger, failed_job_dangers
+from gpuroom.tui.present.disks import disk_rows
+from gpuroom.tui.present.format import fmt_progress
+from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
+from gpuroom.tui.present.hosts import billed_cell, host_row
+from gpuroom.tui.present.log import log_chunk
 from gpuroom.tui.present.view import (
-    ENDED_JOB_STATES,
-    HISTORY_LEN,
-    Danger,
-    GpuView,
     JobRow,
-    billed_cell,
-    disk_rows,
-    failed_job_dangers,
-    gpu_absence,
-    gpu_rows,
-    host_row,
     job_rows,
-    log_chunk,
 )
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -320,7 +316,7 @@ class GpuroomApp(App[None]):
         for f in findings:
             severities.setdefault(f.host, []).append(f.severity)
         for h in self._visible_hosts():
-            snap = h.snapshot
+            snap = h.view
             billed = billed_seconds(snap, now, h.rented_at) if snap is not None else None
             rows.append(host_row(h, now, billed=billed_cell(h.price_per_hour, billed),
                                  findings=severities.get(h.name, ())))
@@ -342,7 +338,7 @@ class GpuroomApp(App[None]):
         self._history_at[h.name] = h.last_ok
         sm = self._gpu_sm.setdefault(h.name, {})
         pw = self._gpu_pw.setdefault(h.name, {})
-        for g in gpu_rows(h.snapshot):
+        for g in gpu_rows(h.view):
             sm.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.sm_mhz)
             pw.setdefault(g.index, deque(maxlen=HISTORY_LEN)).append(g.power_w)
 
@@ -360,17 +356,17 @@ class GpuroomApp(App[None]):
         queue.host = h.name
         queue.border_title = Text(f"queue {h.name}")
         queue.jobs = tuple(job_rows(h, now))
-        rows = tuple(gpu_rows(h.snapshot))
+        rows = tuple(gpu_rows(h.view))
         sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
         self.query_one(GpuPanel).view = GpuView(
             host=h.name,
             rows=rows,
-            absence=gpu_absence(h.snapshot),
+            absence=gpu_absence(h.view),
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
         )
         disk = self.query_one(DiskPanel)
-        disk.disks = tuple(disk_rows(h.snapshot))
+        disk.disks = tuple(disk_rows(h.view))
         self._restore_job_cursor(h.name)
         self._refresh_log()
 
@@ -400,7 +396,7 @@ class GpuroomApp(App[None]):
         if self._log_fed == (source, h.snapshot) and log.cursor is not None:
             return
         self._log_fed = (source, h.snapshot)
-        chunk = log_chunk(h.snapshot, job.id)
+        chunk = log_chunk(h.view, job.id)
         if chunk is not None:
             log.append_chunk(chunk)
 
@@ -479,7 +475,7 @@ class GpuroomApp(App[None]):
         if picked is None:
             return
         h, job = picked
-        if job.state.lower() in ENDED_JOB_STATES:
+        if job.state in FINAL_STATES:
             self.notify(f"job {job.id} on {h.name} already {job.state}", severity="warning")
             return
         label = f"{job.id} ({job.name})" if job.name else job.id
@@ -508,7 +504,7 @@ class GpuroomApp(App[None]):
                 self._send_add(h.name, request)
 
         # A job asking for a GPU on a box without one fails at once as unschedulable.
-        no_gpu = h.snapshot is not None and not gpu_rows(h.snapshot)
+        no_gpu = h.view is not None and not gpu_rows(h.view)
         self.push_screen(AddJobScreen(h.name, gpus=0 if no_gpu else 1), submitted)
 
     def action_refresh(self) -> None:
@@ -581,9 +577,8 @@ class GpuroomApp(App[None]):
             if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
                 return
             last[0] = now
-            eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
-            queue.border_subtitle = (f"pull {jid}: {p.done >> 20}/{p.total >> 20} MiB "
-                                     f"{p.rate_bps / (1 << 20):.1f} MiB/s ETA {eta}")
+            queue.border_subtitle = (f"pull {jid}: "
+                                     f"{fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}")
 
         try:
             results = await self.fleet.pull(host, job, progress)

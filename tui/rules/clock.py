@@ -12,26 +12,21 @@ box whose queue has finished.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuroom.profiles import Profile
-from gpuroom.tui.fleet.live import iter_jobs
-from gpuroom.tui.model import Snapshot
+from gpuroom.remote.queue_events import ACTIVE_STATES, FINAL_STATES
+from gpuroom.tui.present.format import fmt_duration, fmt_money
 from gpuroom.tui.rules.doctor import (
     SEVERITY_RANK,
     Finding,
     Severity,
-    as_number,
-    fmt_duration,
-    host_section,
     walltime_left,
 )
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
-
-ACTIVE_STATES = ("launching", "running")
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+from gpuroom.tui.snapshot import Gpu, Job, Snapshot
 
 # A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
 # ~70 of 700 W; the idle A10 of fixtures/throttle/a10-... 21.3 of 150 W).
@@ -64,28 +59,19 @@ class ClockItem:
         return asdict(self)
 
 
-def _money(price: float | None, seconds: float) -> str:
-    return f"${price * seconds / 3600.0:.2f}" if price is not None else ""
-
-
-def _jobs(snap: Snapshot | None) -> list[dict[str, Any]]:
-    return [job for _, job in iter_jobs(snap)] if snap else []
-
-
-def gpu_idle(gpu: Mapping[str, Any]) -> bool:
-    power, limit = as_number(gpu.get("power_w")), as_number(gpu.get("power_limit_w"))
+def gpu_idle(gpu: Gpu) -> bool:
+    power, limit = gpu.power_w, gpu.power_limit_w
     if power is not None and limit:
         return power <= IDLE_POWER_FRAC * limit
-    util = as_number(gpu.get("util_gpu_pct"))
+    util = gpu.util_gpu_pct
     return util is not None and util <= 1.0
 
 
 def is_idle(snap: Snapshot) -> bool:
     """Billing for nothing: no job running, and every GPU (if any) near idle power."""
-    if any(j.get("state") in ACTIVE_STATES for j in _jobs(snap)):
+    if any(j.state in ACTIVE_STATES for j in snap.jobs):
         return False
-    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)]
-    return all(gpu_idle(g) for g in gpus)
+    return all(gpu_idle(g) for g in snap.gpus)
 
 
 class IdleTracker:
@@ -94,12 +80,12 @@ class IdleTracker:
 
     def __init__(self) -> None:
         self._since: dict[str, float | None] = {}
-        self._boot: dict[str, Any] = {}
+        self._boot: dict[str, str | None] = {}
 
     def feed(self, host: str, snapshot: Snapshot | None, now: float) -> None:
         if snapshot is None:
             return
-        boot = host_section(snapshot).get("boot_id")
+        boot = snapshot.host.boot_id
         if not is_idle(snapshot):
             self._since[host] = None
         elif self._since.get(host) is None:
@@ -122,50 +108,46 @@ def billed_seconds(snap: Snapshot, now: float, rented_at: float | None = None) -
     plus the probe's age)."""
     if rented_at is not None:
         return max(0.0, now - rented_at)
-    host = host_section(snap)
-    uptime, taken = as_number(host.get("uptime_s")), as_number(host.get("time"))
+    uptime, taken = snap.host.uptime_s, snap.host.time
     if uptime is None:
         return None
     return uptime + (max(0.0, now - taken) if taken is not None else 0.0)
 
 
-def _slurm_label(job: Mapping[str, Any]) -> str:
-    sid = job.get("slurm_id")
-    return f"{job.get('id')} (Slurm {sid})" if sid else str(job.get("id"))
+def _slurm_label(job: Job) -> str:
+    return f"{job.id} (Slurm {job.slurm_id})" if job.slurm_id else job.id
 
 
-def _lead_note(job: Mapping[str, Any]) -> str:
-    lead = as_number(job.get("signal_lead_s"))
+def _lead_note(job: Job) -> str:
+    lead = job.signal_lead_s
     return f"; warning {fmt_duration(lead)} before" if lead else ""
 
 
-def _pending_since(job: Mapping[str, Any]) -> float | None:
+def _pending_since(job: Job) -> float | None:
     """When the job last entered the queue: its submission, or the end of the run that a
     requeue sent back (both on the login node's clock)."""
-    attempts = job.get("attempts") or []
-    attempt = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
-    since = as_number(attempt.get("submitted"))
-    runs = [r for r in attempt.get("runs") or [] if isinstance(r, dict)]
-    ended = as_number(runs[-1].get("end")) if runs else None
+    attempt = job.last_attempt
+    since = attempt.submitted if attempt is not None else None
+    runs = job.runs
+    ended = runs[-1].end if runs else None
     if ended is not None and (since is None or ended > since):
         since = ended
     return since
 
 
-def _pending_item(host: str, job: Mapping[str, Any], snap: Snapshot, now: float) -> ClockItem:
+def _pending_item(host: str, job: Job, snap: Snapshot, now: float) -> ClockItem:
     """A PENDING Slurm job and why (Resources, Priority, BeginTime, ...)."""
-    raw = job.get("reason") or job.get("slurm_state") or "no reason given"
-    reason = truncate_display(sanitize_line(str(raw)), REASON_MAX_CHARS)
+    raw = job.reason or job.slurm_state or "no reason given"
+    reason = truncate_display(sanitize_line(raw), REASON_MAX_CHARS)
     since = _pending_since(job)
     waited: float | None = None
     if since is not None:
         # Measured on the login node's clock up to the probe, then the probe's age: the same
         # rule as billed_seconds, so a skewed laptop clock does not age the wait.
-        taken = as_number(host_section(snap).get("time"))
+        taken = snap.host.time
         waited = ((taken - since) + max(0.0, now - taken)) if taken is not None else now - since
         waited = max(0.0, waited)
-    requeued = bool(job.get("restarts")) or any(
-        isinstance(a, dict) and a.get("runs") for a in (job.get("attempts") or [])[-1:])
+    requeued = bool(job.restarts) or bool(job.runs)
     text = f"job {_slurm_label(job)}: pending"
     if waited is not None:
         text += f" {fmt_duration(waited)}" + (" since its requeue" if requeued else "")
@@ -181,13 +163,12 @@ def _timer_severity(left: float, warn: float = TIMER_WARN_S,
     return "warn" if left <= warn else "info"
 
 
-def _has_checkpoints(job: Mapping[str, Any]) -> bool:
-    return bool(job.get("checkpoint") or job.get("ckpt_dir"))
+def _has_checkpoints(job: Job) -> bool:
+    return job.checkpoint is not None or bool(job.ckpt_dir)
 
 
-def _synced(job: Mapping[str, Any]) -> bool:
-    sync = job.get("sync")
-    return isinstance(sync, dict) and sync.get("state") == "synced"
+def _synced(job: Job) -> bool:
+    return job.sync is not None and job.sync.state == "synced"
 
 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
@@ -201,30 +182,31 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
     if billed is not None and price_per_hour is not None:
         since = "rented" if rented_at is not None else "boot"
         out.append(ClockItem(host, "spend", "info",
-                             f"{_money(price_per_hour, billed)} billed over {fmt_duration(billed)} "
-                             f"since {since} (${price_per_hour:.2f}/h)", billed))
+                             f"{fmt_money(price_per_hour, billed)} billed over "
+                             f"{fmt_duration(billed)} since {since} (${price_per_hour:.2f}/h)",
+                             billed))
     idle = tracker.idle_for(host, now) if tracker is not None else None
     if idle is not None and idle >= IDLE_NOTE_S:
         sev: Severity = ("critical" if idle >= IDLE_CRIT_S
                          else "warn" if idle >= IDLE_WARN_S else "info")
-        cost = _money(price_per_hour, idle)
+        cost = fmt_money(price_per_hour, idle)
         out.append(ClockItem(host, "idle", sev,
                              f"idle {fmt_duration(idle)} while billing"
                              + (f": {cost} burnt" if cost else "")
                              + " (no job running, GPU at idle power)", idle))
-    jobs = _jobs(snap)
+    jobs = snap.jobs
     slurm_host = profile is not None and profile.kind == "slurm"
     for job in jobs:
-        if not (slurm_host or job.get("backend") == "slurm"):
+        if not (slurm_host or job.backend == "slurm"):
             continue
-        if job.get("state") in ACTIVE_STATES:
+        if job.state in ACTIVE_STATES:
             left = walltime_left(job, now)
             if left is not None:
                 out.append(ClockItem(
                     host, "walltime", _timer_severity(left, WALLTIME_WARN_S, WALLTIME_CRIT_S),
                     f"job {_slurm_label(job)}: walltime ends in {fmt_duration(left)} (SIGTERM, "
                     f"then SIGKILL){_lead_note(job)}", left))
-        elif job.get("state") == "queued" and job.get("slurm_id"):
+        elif job.state == "queued" and job.slurm_id:
             out.append(_pending_item(host, job, snap, now))
     uptime = billed_seconds(snap, now)
     for clock in profile.danger_clocks if profile is not None else ():
@@ -245,15 +227,15 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
             out.append(ClockItem(host, "auto_release", "info",
                                  f"if stopped, released after {fmt_duration(clock.seconds)}: "
                                  f"{clock.text}", float(clock.seconds)))
-    if jobs and all(j.get("state") in FINAL_STATES for j in jobs):
+    if jobs and all(j.state in FINAL_STATES for j in jobs):
         # A job that died wants a relaunch (the doctor says why), not a pull: only finished work.
-        unpulled = [j for j in jobs if j.get("state") == "succeeded" and _has_checkpoints(j)
+        unpulled = [j for j in jobs if j.state == "succeeded" and _has_checkpoints(j)
                     and not _synced(j)]
         if unpulled:
             out.append(ClockItem(
                 host, "unpulled", "warn",
                 "queue finished; checkpoints not pulled for "
-                + ", ".join(str(j.get("id")) for j in unpulled[:4])
+                + ", ".join(j.id for j in unpulled[:4])
                 + (" (destroy loses them)" if profile is not None
                    and profile.meter_stop_irreversible is True else ""), None))
     return out

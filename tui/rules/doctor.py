@@ -15,17 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from gpuroom.profiles import Profile
-from gpuroom.tui.fleet.live import iter_jobs
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.remote.queue_events import ACTIVE_STATES
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number
+from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
-
-ACTIVE_STATES = ("launching", "running")
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
 
 # U21: "100% util" with the SM clock and the power both low is a GPU fed a trickle of kernels.
 UNDERFED_UTIL_PCT = 80.0
@@ -41,6 +40,7 @@ THROTTLE_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdow
 IDLE_UTIL_PCT = 5.0
 # U43: a log quiet for less than this is just between prints, not "frozen".
 LOG_SILENT_S = 120.0
+MIB = 1 << 20  # NVML and the queue count GPU memory in MiB
 # U7 / U6 thresholds.
 INODE_WARN_PCT = 90.0
 INODE_CRIT_PCT = 99.0
@@ -131,91 +131,32 @@ def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> 
 
 # ------------------------------------------------------------------------------- readers
 
-def as_number(value: Any) -> float | None:
-    """A JSON number as float; bools, strings and null are not numbers here."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _jobs(snap: Snapshot | None) -> dict[str, Job]:
+    return dict(snap.iter_jobs()) if snap is not None else {}
+
+
+def _attempt(job: Job | None) -> Attempt | None:
+    return job.last_attempt if job is not None else None
+
+
+def _attempt_no(job: Job | None) -> int | None:
+    a = _attempt(job)
+    return a.attempt if a is not None else None
+
+
+def _gpu_label(gpu: Gpu) -> str:
+    return f"GPU {gpu.index if gpu.index is not None else '?'} ({gpu.name or 'GPU'})"
+
+
+def _by_index(snap: Snapshot | None) -> dict[int | None, Gpu]:
+    return {g.index: g for g in snap.gpus} if snap is not None else {}
+
+
+def _log_size(job: Job) -> float | None:
+    chunk = job.log_chunk
+    if chunk is None:
         return None
-    return float(value)
-
-
-def host_section(snap: Snapshot | None) -> dict[str, Any]:
-    h = (snap or {}).get("host")
-    return h if isinstance(h, dict) else {}
-
-
-def _cgroup(snap: Snapshot | None) -> dict[str, Any]:
-    c = (snap or {}).get("cgroup")
-    return c if isinstance(c, dict) else {}
-
-
-def _gpus(snap: Snapshot | None) -> list[dict[str, Any]]:
-    return [g for g in (snap or {}).get("gpus") or [] if isinstance(g, dict)]
-
-
-def _kernel_events(snap: Snapshot | None) -> list[dict[str, Any]]:
-    kernel = (snap or {}).get("kernel")
-    events = kernel.get("events") if isinstance(kernel, dict) else None
-    return [e for e in events or [] if isinstance(e, dict)]
-
-
-def _jobs(snap: Snapshot | None) -> dict[str, dict[str, Any]]:
-    return dict(iter_jobs(snap)) if snap else {}
-
-
-def _attempt(job: Mapping[str, Any] | None) -> dict[str, Any]:
-    attempts = (job or {}).get("attempts") or []
-    last = attempts[-1] if attempts else None
-    return last if isinstance(last, dict) else {}
-
-
-def _reasons(gpu: Mapping[str, Any]) -> list[str]:
-    # Older recorded scenarios spell the key clock_reasons; the probe writes clock_event_reasons.
-    raw = gpu.get("clock_event_reasons")
-    if raw is None:
-        raw = gpu.get("clock_reasons")
-    return [str(r) for r in raw or []]
-
-
-def _gpu_label(gpu: Mapping[str, Any]) -> str:
-    name = gpu.get("name") or "GPU"
-    return f"GPU {gpu.get('index', '?')} ({name})"
-
-
-def _by_index(snap: Snapshot | None) -> dict[Any, dict[str, Any]]:
-    return {g.get("index"): g for g in _gpus(snap)}
-
-
-def _log_size(job: Mapping[str, Any]) -> float | None:
-    chunk = job.get("log_chunk")
-    if not isinstance(chunk, dict):
-        return None
-    return as_number(chunk.get("size")) if chunk.get("size") is not None else as_number(
-        chunk.get("next_offset"))
-
-
-def _ckpt(job: Mapping[str, Any]) -> dict[str, Any] | None:
-    c = job.get("checkpoint")
-    return c if isinstance(c, dict) else None
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover - the loop returns at TiB
-
-
-def fmt_duration(seconds: float) -> str:
-    """A duration as the doctor and the clock word it: 40 s, 12 min, 3.5 h, 4 days."""
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
+    return chunk.size if chunk.size is not None else chunk.next_offset
 
 
 # ------------------------------------------------------------------------------- link
@@ -234,74 +175,67 @@ def link_findings(host: str, link: LinkState, error: str | None,
 
 # ------------------------------------------------------------------------------- U3 ladder
 
-def _job_died(old: Mapping[str, Any], new: Mapping[str, Any] | None, rebooted: bool,
-              new_boot: str | None) -> bool:
+def _job_died(old: Job, new: Job | None, rebooted: bool, new_boot: str | None) -> bool:
     """A job running before that is not running the same attempt now (and did not succeed)."""
     if new is None:
         return True
-    state = new.get("state")
+    state = new.state
     if state == "succeeded":
         return False
     if state in ACTIVE_STATES:
-        old_a, new_a = _attempt(old), _attempt(new)
-        if old_a.get("attempt") != new_a.get("attempt"):
+        if _attempt_no(old) != _attempt_no(new):
             return True  # a retry already started: the earlier attempt ended between polls
         # After a reboot the queue may still say "running" until its runner notices.
-        attempt_boot = new_a.get("boot_id")
+        new_a = _attempt(new)
+        attempt_boot = new_a.boot_id if new_a is not None else None
         return rebooted and attempt_boot is not None and attempt_boot != new_boot
     return True
 
 
-def _old_attempt_in(new: Mapping[str, Any] | None, old: Mapping[str, Any]) -> dict[str, Any]:
+def _old_attempt_in(new: Job | None, old: Job) -> Attempt | None:
     """The attempt that was running, as the new snapshot reports its end."""
-    n = _attempt(old).get("attempt")
-    for a in (new or {}).get("attempts") or []:
-        if isinstance(a, dict) and a.get("attempt") == n:
-            return a
-    return {}
+    return new.attempt(_attempt_no(old)) if new is not None else None
 
 
 def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
     """Explain each job that was running in ``prev`` and is not now, strongest evidence first."""
     out: list[Finding] = []
-    old_boot, new_boot = host_section(prev).get("boot_id"), host_section(snap).get("boot_id")
-    rebooted = bool(prev) and old_boot is not None and new_boot is not None \
-        and old_boot != new_boot
+    old_boot = prev.host.boot_id if prev is not None else None
+    new_boot = snap.host.boot_id
+    rebooted = old_boot is not None and new_boot is not None and old_boot != new_boot
     old_jobs, new_jobs = _jobs(prev), _jobs(snap)
-    events = _kernel_events(snap)
-    oom_before = as_number(_cgroup(prev).get("oom_kill"))
-    oom_now = as_number(_cgroup(snap).get("oom_kill"))
+    events = snap.kernel.events
+    oom_before = prev.cgroup.oom_kill if prev is not None else None
+    oom_now = snap.cgroup.oom_kill
     # The counter restarts at 0 with the box, so a rise only means something within one boot.
     cgroup_oom = (not rebooted and oom_before is not None and oom_now is not None
                   and oom_now > oom_before)
     dead_gpu = [e for e in events
-                if e.get("kind") == "gpu_lost"
-                or (e.get("kind") == "xid" and e.get("code") in DEAD_GPU_XIDS)]
+                if e.kind == "gpu_lost" or (e.kind == "xid" and e.code in DEAD_GPU_XIDS)]
     explained_reboot = False
     for key, old in old_jobs.items():
-        if old.get("state") not in ACTIVE_STATES:
+        if old.state not in ACTIVE_STATES:
             continue
         new = new_jobs.get(key)
+        label = f"job {key} ({old.name or key})"
         if not _job_died(old, new, rebooted, new_boot):
-            if _is_slurm(old) and _requeued_between(old, new):
-                label = f"job {key} ({old.get('name') or key})"
-                out.append(_requeued_finding(host, label, old, new or {}))
+            if old.is_slurm and new is not None and _requeued_between(old, new):
+                out.append(_requeued_finding(host, label, old, new))
             continue
-        label = f"job {key} ({old.get('name') or key})"
         ended = _old_attempt_in(new, old)
-        if _is_slurm(old):
+        if old.is_slurm:
             # The box's own evidence (reboot, cgroup, dmesg, Xid) is the login node's, not the
             # compute node's: Slurm's state is the verdict (SLURM4: OOM is a job STATE).
-            if not (new is not None and new.get("state") == "failed"
-                    and new.get("slurm_state") in SLURM_END_IDS):
+            if not (new is not None and new.state == "failed"
+                    and new.slurm_state in SLURM_END_IDS):
                 out.append(_ended_finding(host, label, new, ended, old))
             continue  # a final state a SLURM gotcha explains is slurm_findings' steady finding
-        pid = _attempt(old).get("pid")
-        oom_lines = [e for e in events if e.get("kind") == "oom" and pid is not None
-                     and e.get("pid") == pid]
-        if rebooted or ended.get("end_reason") == "orphaned_by_reboot":
+        old_a = _attempt(old)
+        pid = old_a.pid if old_a is not None else None
+        oom_lines = [e for e in events if e.kind == "oom" and pid is not None and e.pid == pid]
+        if rebooted or (ended is not None and ended.end_reason == "orphaned_by_reboot"):
             explained_reboot = True
-            uptime = as_number(host_section(snap).get("uptime_s"))
+            uptime = snap.host.uptime_s
             out.append(_finding(
                 "GEN6", "critical", host, f"{label} died: the box rebooted",
                 f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"
@@ -313,16 +247,16 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
                 f"so it was your cgroup)"))
         elif oom_lines:
             e = oom_lines[0]
-            where = "memory cgroup" if e.get("memcg") else "kernel"
+            where = "memory cgroup" if e.memcg else "kernel"
             out.append(_finding(
                 "U9", "critical", host, f"{label} died: {where} OOM-killed pid {pid}",
-                str(e.get("line") or f"Killed process {pid} ({e.get('process')})")))
+                e.line or f"Killed process {pid} ({e.process})"))
         elif dead_gpu:
             e = dead_gpu[0]
-            what = (f"Xid {e.get('code')}" if e.get("kind") == "xid" else "GPU fell off the bus")
+            what = f"Xid {e.code}" if e.kind == "xid" else "GPU fell off the bus"
             out.append(_finding(
                 "U22", "critical", host, f"{label} died: {what}, the GPU is dead",
-                str(e.get("line") or what)))
+                e.line or what))
         else:
             out.append(_ended_finding(host, label, new, ended))
     if rebooted and not explained_reboot:
@@ -332,21 +266,21 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
     return out
 
 
-def _ended_finding(host: str, label: str, new: Mapping[str, Any] | None,
-                   ended: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> Finding:
+def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None,
+                   old: Job | None = None) -> Finding:
     """The bottom of the ladder: no reboot, no OOM, no Xid seen. A Slurm job comes here
     directly: back in the queue with the same Slurm id it was requeued, not ended."""
-    reason = ended.get("end_reason")
-    signal, code = ended.get("signal"), ended.get("exit_code")
+    reason = ended.end_reason if ended is not None else None
+    signal = ended.signal if ended is not None else None
+    code = ended.exit_code if ended is not None else None
     if new is None:
         return _finding("U3", "warn", host, f"{label} is gone from the queue",
                         "no reboot, OOM or Xid seen; the job is no longer listed")
-    if _is_slurm(new) and new.get("state") == "queued" and (
-            old is None or str(new.get("slurm_id")) == str(old.get("slurm_id"))):
-        return _requeued_finding(host, label, old or {}, new)
-    if _is_slurm(new) and reason == "CANCELLED":
+    if new.is_slurm and new.state == "queued" and (old is None or new.slurm_id == old.slurm_id):
+        return _requeued_finding(host, label, old, new)
+    if new.is_slurm and reason == "CANCELLED":
         return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
-                        f"Slurm job {new.get('slurm_id')} CANCELLED")
+                        f"Slurm job {new.slurm_id} CANCELLED")
     if reason == "killed":
         return _finding("U3", "info", host, f"{label} was killed on request",
                         f"end_reason killed, signal {signal}")
@@ -356,132 +290,115 @@ def _ended_finding(host: str, label: str, new: Mapping[str, Any] | None,
                         "intended) or an SSH HUP")
     if reason == "vanished":
         return _finding("U3", "warn", host, f"{label} vanished",
-                        f"the wrapper died without recording an exit ({new.get('reason')})")
+                        f"the wrapper died without recording an exit ({new.reason})")
     return _finding("U3", "warn", host, f"{label} exited with code {code}",
                     "no reboot, OOM or Xid seen: read the log tail for the error")
 
 
 # ------------------------------------------------------------------------------- Slurm
 
-def _is_slurm(job: Mapping[str, Any] | None) -> bool:
-    if not job:
-        return False
-    return job.get("backend") == "slurm" or bool(job.get("slurm_id"))
-
-
-def _runs(job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """The script's record of each run of the current attempt (one per requeue)."""
-    return [r for r in _attempt(job).get("runs") or [] if isinstance(r, dict)]
-
-
-def _restarts(job: Mapping[str, Any] | None) -> int:
-    n = as_number((job or {}).get("restarts"))
-    return int(n) if n is not None else 0
-
-
-def _requeued_between(old: Mapping[str, Any], new: Mapping[str, Any] | None) -> bool:
+def _requeued_between(old: Job, new: Job) -> bool:
     """Running at both polls, but a run ended and the same Slurm job started again between
     them (a requeue faster than the poll interval)."""
-    if new is None or str(old.get("slurm_id")) != str(new.get("slurm_id")):
+    if new.slurm_id != old.slurm_id:
         return False
-    return len(_runs(new)) > len(_runs(old)) or _restarts(new) > _restarts(old)
+    return len(new.runs) > len(old.runs) or (new.restarts or 0) > (old.restarts or 0)
 
 
-def _requeued_finding(host: str, label: str, old: Mapping[str, Any],
-                      new: Mapping[str, Any]) -> Finding:
+def _requeued_finding(host: str, label: str, old: Job | None, new: Job) -> Finding:
     """Info: the job is back in Slurm's queue under the same id. The batch script records a
     run it requeued after the walltime warning (SLURM1's path); a requeue with no such record
     is Slurm's own (preemption, node failure, an admin's scontrol requeue: SLURM5)."""
-    runs = _runs(new)
-    last = runs[-1] if runs else {}
-    by_script = bool(last.get("requeue")) and len(runs) > len(_runs(old))
-    seen = [f"Slurm job {new.get('slurm_id')} back in the queue"]
-    if by_script:
-        seen.append(f"run {last.get('restart')} exited {last.get('exit_code')} after the "
+    runs = new.runs
+    last: SlurmRun | None = runs[-1] if runs else None
+    old_runs = old.runs if old is not None else ()
+    by_script = last is not None and last.requeue and len(runs) > len(old_runs)
+    seen = [f"Slurm job {new.slurm_id} back in the queue"]
+    if by_script and last is not None:
+        seen.append(f"run {last.restart} exited {last.exit_code} after the "
                     f"walltime warning and the batch script requeued it")
     else:
         seen.append("no run record of this requeue: Slurm requeued it (preemption, node "
                     "failure or scontrol requeue)")
-    state = new.get("slurm_state")
-    if state and new.get("state") == "queued":
-        seen.append(f"{state}" + (f" ({new.get('reason')})" if new.get("reason") else ""))
-    restarts = max(_restarts(new), len(runs))
+    state = new.slurm_state
+    if state and new.state == "queued":
+        seen.append(f"{state}" + (f" ({new.reason})" if new.reason else ""))
+    restarts = max(new.restarts or 0, len(runs))
     if restarts:
         seen.append(f"requeued x{restarts}")
     return _finding("SLURM1" if by_script else "SLURM5", "info", host,
                     f"{label} was requeued", "; ".join(seen))
 
 
-def walltime_left(job: Mapping[str, Any], now: float) -> float | None:
+def walltime_left(job: Job, now: float) -> float | None:
     """Seconds until Slurm kills the job at its walltime: from ``end_time`` (squeue's time
     left when probed), else ``time_limit_s`` after the current attempt's start."""
-    end = as_number(job.get("end_time"))
+    end = job.end_time
     if end is None:
-        limit = as_number(job.get("time_limit_s"))
-        start = as_number(_attempt(job).get("start"))
+        limit = job.time_limit_s
+        attempt = job.last_attempt
+        start = attempt.start if attempt is not None else None
         if limit is None or start is None:
             return None
         end = start + limit
     return end - now
 
 
-def _slurm_end(host: str, key: str, job: Mapping[str, Any]) -> Finding | None:
-    state = str(job.get("slurm_state") or "")
+def _slurm_end(host: str, key: str, job: Job) -> Finding | None:
+    state = job.slurm_state or ""
     fid = SLURM_END_IDS.get(state)
-    if fid is None or job.get("state") != "failed":
+    if fid is None or job.state != "failed":
         return None  # relaunched (a new attempt is queued) or ended some other way
-    label = f"job {key} ({job.get('name') or key})"
-    seen = [f"Slurm job {job.get('slurm_id')}"
-            + (f" on {job.get('node')}" if job.get("node") else "")]
-    elapsed, limit = as_number(job.get("elapsed_s")), as_number(job.get("time_limit_s"))
+    label = f"job {key} ({job.name or key})"
+    seen = [f"Slurm job {job.slurm_id}" + (f" on {job.node}" if job.node else "")]
+    elapsed, limit = job.elapsed_s, job.time_limit_s
     if elapsed is not None:
         seen.append(f"ran {fmt_duration(elapsed)}"
                     + (f" of a {fmt_duration(limit)} walltime" if limit is not None else ""))
-    if job.get("exit_code") is not None:
-        seen.append(f"exit {job.get('exit_code')}")
-    runs = _runs(job)
-    lead = as_number(job.get("signal_lead_s"))
+    if job.exit_code is not None:
+        seen.append(f"exit {job.exit_code}")
+    runs = job.runs
+    lead = job.signal_lead_s
     if state == "TIMEOUT":
         if not lead:
             seen.append("no walltime warning was armed (signal lead 0)")
-        elif runs and runs[-1].get("warned"):
+        elif runs and runs[-1].warned:
             seen.append(f"the warning ({lead:.0f} s before the wall) reached the job, "
                         f"which did not stop in time")
         elif runs:
             seen.append("the walltime warning never reached the batch script")
-    if state in ("PREEMPTED", "NODE_FAIL") and job.get("ckpt_dir"):
-        seen.append(f"checkpoints in {job.get('ckpt_dir')}")
+    if state in ("PREEMPTED", "NODE_FAIL") and job.ckpt_dir:
+        seen.append(f"checkpoints in {job.ckpt_dir}")
     if runs and len(runs) > 1:
         seen.append(f"after {len(runs) - 1} requeue(s)")
     return _finding(fid, "warn", host, f"{label} {SLURM_END_TITLES[state]}", "; ".join(seen))
 
 
-def _slurm_ckpt_stale(host: str, key: str, job: Mapping[str, Any], t: float) -> Finding | None:
+def _slurm_ckpt_stale(host: str, key: str, job: Job, t: float) -> Finding | None:
     """SLURM2: the wall is near and the newest checkpoint is older than the warning lead, so
     a warning that comes late (or a save that does not fit in KillWait) loses the gap."""
-    lead = as_number(job.get("signal_lead_s"))
-    if job.get("state") not in ACTIVE_STATES or not lead:
+    lead = job.signal_lead_s
+    if job.state not in ACTIVE_STATES or not lead:
         return None
     left = walltime_left(job, t)
     if left is None or left >= SLURM_LEAD_FACTOR * lead:
         return None
-    c = _ckpt(job)
-    mtime = as_number(c.get("mtime")) if c else None
-    elapsed = as_number(job.get("elapsed_s"))
+    c = job.checkpoint
+    mtime = c.mtime if c is not None else None
+    elapsed = job.elapsed_s
     if mtime is not None:
         age = t - mtime
         if age <= lead:
             return None
-        newest = f"newest checkpoint {fmt_duration(age)} old ({c.get('path') if c else ''})"
+        newest = f"newest checkpoint {fmt_duration(age)} old ({c.path if c else ''})"
     else:
         if elapsed is not None and elapsed <= lead:
             return None  # running for less than a lead: nothing could be older than one yet
-        newest = "no checkpoint" + (f" in {job.get('ckpt_dir')}" if job.get("ckpt_dir")
-                                    else "")
-    label = f"job {key} ({job.get('name') or key})"
+        newest = "no checkpoint" + (f" in {job.ckpt_dir}" if job.ckpt_dir else "")
+    label = f"job {key} ({job.name or key})"
     return _finding(
         "SLURM2", "warn", host, f"{label}: no checkpoint newer than the warning lead",
-        f"Slurm job {job.get('slurm_id')}: walltime left {fmt_duration(left)}, warning "
+        f"Slurm job {job.slurm_id}: walltime left {fmt_duration(left)}, warning "
         f"{lead:.0f} s before the wall; {newest}")
 
 
@@ -490,10 +407,10 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     state persists in the queue's events), not only on the poll that saw the change."""
     out: list[Finding] = []
     # The record's times are the login node's clock, as is host.time: compare like with like.
-    t = as_number(host_section(snap).get("time"))
+    t = snap.host.time
     t = now if t is None else t
     for key, job in _jobs(snap).items():
-        if not _is_slurm(job):
+        if not job.is_slurm:
             continue
         for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t)):
             if f is not None:
@@ -503,13 +420,11 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
 
 # ------------------------------------------------------------------------------- GPU health
 
-def _underfed(gpu: Mapping[str, Any]) -> bool:
-    util, clock = as_number(gpu.get("util_gpu_pct")), as_number(gpu.get("clock_sm_mhz"))
-    clock_max = as_number(gpu.get("clock_sm_max_mhz"))
-    power, limit = as_number(gpu.get("power_w")), as_number(gpu.get("power_limit_w"))
-    if None in (util, clock, clock_max, power, limit) or not clock_max or not limit:
+def _underfed(gpu: Gpu) -> bool:
+    util, clock, clock_max = gpu.util_gpu_pct, gpu.clock_sm_mhz, gpu.clock_sm_max_mhz
+    power, limit = gpu.power_w, gpu.power_limit_w
+    if util is None or clock is None or power is None or not clock_max or not limit:
         return False
-    assert util is not None and clock is not None and power is not None
     return (util >= UNDERFED_UTIL_PCT and clock < UNDERFED_CLOCK_FRAC * clock_max
             and power < UNDERFED_POWER_FRAC * limit)
 
@@ -517,53 +432,50 @@ def _underfed(gpu: Mapping[str, Any]) -> bool:
 def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     before = _by_index(prev)
-    for gpu in _gpus(snap):
+    for gpu in snap.gpus:
         label = _gpu_label(gpu)
-        old = before.get(gpu.get("index"))
+        old = before.get(gpu.index)
         # One sample is never enough for U21: the previous poll must agree.
         if _underfed(gpu) and old is not None and _underfed(old):
             out.append(_finding(
                 "U21", "warn", host, f"{label} underfed: util high, SM clock and power low",
-                f"util {gpu.get('util_gpu_pct')} %, SM {gpu.get('clock_sm_mhz')}/"
-                f"{gpu.get('clock_sm_max_mhz')} MHz, power {gpu.get('power_w')}/"
-                f"{gpu.get('power_limit_w')} W"))
-        active = sorted(set(_reasons(gpu)) & THROTTLE_REASONS)
-        temp, clock = as_number(gpu.get("temp_c")), as_number(gpu.get("clock_sm_mhz"))
-        clock_max = as_number(gpu.get("clock_sm_max_mhz"))
+                f"util {fmt_number(gpu.util_gpu_pct)} %, SM {fmt_number(gpu.clock_sm_mhz)}/"
+                f"{fmt_number(gpu.clock_sm_max_mhz)} MHz, power {fmt_number(gpu.power_w)}/"
+                f"{fmt_number(gpu.power_limit_w)} W"))
+        active = sorted(set(gpu.clock_event_reasons) & THROTTLE_REASONS)
+        temp, clock, clock_max = gpu.temp_c, gpu.clock_sm_mhz, gpu.clock_sm_max_mhz
         hot_slow = (temp is not None and temp >= HOT_C and clock is not None
                     and clock_max is not None and clock < BASE_CLOCK_FRAC * clock_max)
         if active or hot_slow:
             seen = []
             if active:
                 seen.append("active: " + ", ".join(active))
-            seen.append(f"temp {gpu.get('temp_c')} C, SM {gpu.get('clock_sm_mhz')}/"
-                        f"{gpu.get('clock_sm_max_mhz')} MHz")
+            seen.append(f"temp {fmt_number(temp)} C, "
+                        f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
-        procs = [p for p in gpu.get("processes") or [] if isinstance(p, dict)]
-        pids = sorted({int(p["pid"]) for p in procs if isinstance(p.get("pid"), int)})
+        pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
         if len(pids) >= 2:
             out.append(_finding(
                 "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
                 "pids " + ", ".join(str(p) for p in pids)))
-    holders = [h for h in (snap.get("vram_holders") or []) if isinstance(h, dict)]
+    holders = snap.vram_holders
     if holders:
         out.append(_finding(
             "U11", "warn", host,
             f"{len(holders)} process(es) hold /dev/nvidia* unseen by nvidia-smi",
-            "; ".join(f"pid {h.get('pid')} {h.get('comm') or '?'} ({h.get('state') or '?'})"
-                      for h in holders[:4])))
+            "; ".join(f"pid {h.pid} {h.comm or '?'} ({h.state or '?'})" for h in holders[:4])))
     return out
 
 
 # ------------------------------------------------------------------------------- jobs
 
-def _job_gpus(job: Mapping[str, Any], snap: Snapshot) -> list[dict[str, Any]]:
-    wanted = _attempt(job).get("gpus")
-    gpus = _gpus(snap)
-    if isinstance(wanted, list) and wanted and all(isinstance(i, int) for i in wanted):
-        return [g for g in gpus if g.get("index") in wanted]
-    return gpus
+def _job_gpus(job: Job, snap: Snapshot) -> list[Gpu]:
+    attempt = _attempt(job)
+    wanted = attempt.gpus if attempt is not None else None
+    if wanted:
+        return [g for g in snap.gpus if g.index in wanted]
+    return list(snap.gpus)
 
 
 def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
@@ -571,34 +483,33 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
     out: list[Finding] = []
     old_jobs = _jobs(prev)
     window = None
-    t_prev = as_number(host_section(prev).get("time"))
-    t_now = as_number(host_section(snap).get("time"))
+    t_prev = prev.host.time if prev is not None else None
+    t_now = snap.host.time
     if t_prev is not None and t_now is not None:
         window = t_now - t_prev
-    vcpus = as_number(_cgroup(snap).get("cpu_quota_vcpus"))
-    cpu_count = as_number(host_section(snap).get("cpu_count"))
+    vcpus = snap.cgroup.cpu_quota_vcpus
+    cpu_count = snap.host.cpu_count
     for key, job in _jobs(snap).items():
-        state = job.get("state")
-        label = f"job {key} ({job.get('name') or key})"
+        state = job.state
+        label = f"job {key} ({job.name or key})"
         old = old_jobs.get(key)
-        if state in ACTIVE_STATES and old is not None and old.get("state") in ACTIVE_STATES \
-                and _attempt(old).get("attempt") == _attempt(job).get("attempt"):
+        if state in ACTIVE_STATES and old is not None and old.state in ACTIVE_STATES \
+                and _attempt_no(old) == _attempt_no(job):
             size_old, size_new = _log_size(old), _log_size(job)
-            c_old, c_new = _ckpt(old), _ckpt(job)
             log_grew = size_old is not None and size_new is not None and size_new > size_old
             log_flat = size_old is not None and size_new is not None and size_new == size_old
-            m_old = as_number(c_old.get("mtime")) if c_old else None
-            m_new = as_number(c_new.get("mtime")) if c_new else None
+            m_old = _mtime(old.checkpoint)
+            m_new = _mtime(job.checkpoint)
             ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
             # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs.
-            gpus = [] if _is_slurm(job) else _job_gpus(job, snap)
-            utils = [as_number(g.get("util_gpu_pct")) for g in gpus]
+            gpus = [] if job.is_slurm else _job_gpus(job, snap)
+            utils = [g.util_gpu_pct for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
                     and (log_grew or ckpt_moved):
                 out.append(_finding(
                     "U38", "info", host, f"{label} runs with the GPU at ~0 % util",
                     f"util {', '.join(f'{u:.0f}' for u in utils if u is not None)} %, "
-                    + ("log grew " + _fmt_bytes((size_new or 0) - (size_old or 0))
+                    + ("log grew " + fmt_bytes((size_new or 0) - (size_old or 0))
                        if log_grew else "checkpoint advanced")
                     + ": CPU-data-bound, not stalled"))
             if log_flat and ckpt_moved and window is not None and window >= LOG_SILENT_S:
@@ -608,10 +519,8 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                     f"{fmt_duration((m_new or 0) - (m_old or 0))}: buffered, not hung"))
         # Nor is the login node's cgroup a Slurm job's CPU slice (SLURM3 is that story).
         if state in ACTIVE_STATES and vcpus is not None and cpu_count is not None \
-                and vcpus < cpu_count and not _is_slurm(job):
-            env = job.get("env") if isinstance(job.get("env"), dict) else {}
-            assert isinstance(env, dict)
-            caps = [_int_env(env.get(v)) for v in THREAD_VARS]
+                and vcpus < cpu_count and not job.is_slurm:
+            caps = [_int_env(job.env.get(v)) for v in THREAD_VARS]
             set_caps = [c for c in caps if c is not None]
             cap_ok = bool(set_caps) and max(set_caps) <= math.ceil(vcpus)
             if not cap_ok:
@@ -625,23 +534,27 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
     return out
 
 
-def _int_env(value: Any) -> int | None:
+def _mtime(c: Checkpoint | None) -> float | None:
+    return c.mtime if c is not None else None
+
+
+def _int_env(value: str | None) -> int | None:
     try:
-        return int(str(value)) if value is not None else None
+        return int(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _vram_short(host: str, label: str, job: Mapping[str, Any], snap: Snapshot) -> list[Finding]:
-    """U10. The queue records no VRAM ask today; a job carrying ``vram_mib`` is checked."""
-    ask = as_number(job.get("vram_mib"))
-    gpus = _gpus(snap)
+def _vram_short(host: str, label: str, job: Job, snap: Snapshot) -> list[Finding]:
+    """U10: a job carrying ``vram_mib`` (queue add --vram-mib) is checked against free VRAM."""
+    ask = job.vram_mib
+    gpus = snap.gpus
     if ask is None or not gpus:
         return []
-    need = max(1, int(as_number(job.get("gpus")) or 1))
+    need = max(1, job.gpus or 1)
     free = []
     for g in gpus:
-        used, total = as_number(g.get("mem_used_mib")), as_number(g.get("mem_total_mib"))
+        used, total = g.mem_used_mib, g.mem_total_mib
         if used is not None and total is not None:
             free.append(total - used)
     fits = sum(1 for f in free if f >= ask)
@@ -649,35 +562,35 @@ def _vram_short(host: str, label: str, job: Mapping[str, Any], snap: Snapshot) -
         return []
     return [_finding(
         "U10", "warn", host, f"{label} will not fit in free VRAM",
-        f"asks {ask:.0f} MiB on {need} GPU(s); free MiB per GPU: "
-        + ", ".join(f"{f:.0f}" for f in free))]
+        f"asks {fmt_bytes(ask * MIB)} on {need} GPU(s); free per GPU: "
+        + ", ".join(fmt_bytes(f * MIB) for f in free))]
 
 
 # ------------------------------------------------------------------------------- disks
 
-def _unique_disks(snap: Snapshot) -> Iterator[dict[str, Any]]:
+def _unique_disks(snap: Snapshot) -> Iterator[Disk]:
     """Each filesystem once: ~ and the repo on one device are one disk."""
-    seen: set[Any] = set()
-    for d in snap.get("disks") or []:
-        if not isinstance(d, dict) or d.get("error"):
+    seen: set[int | str | None] = set()
+    for d in snap.disks:
+        if d.error:
             continue
-        key = d.get("device") if d.get("device") is not None else d.get("real_path")
+        key = d.device if d.device is not None else d.real_path
         if key in seen:
             continue
         seen.add(key)
         yield d
 
 
-def _disk_for(path: str, snap: Snapshot) -> dict[str, Any] | None:
-    best: dict[str, Any] | None = None
-    for d in snap.get("disks") or []:
-        if not isinstance(d, dict) or d.get("error"):
+def _disk_for(path: str, snap: Snapshot) -> Disk | None:
+    best: Disk | None = None
+    for d in snap.disks:
+        if d.error:
             continue
-        root = str(d.get("real_path") or d.get("path") or "")
+        root = d.where
         if not root:
             continue
         inside = path == root or path.startswith(root.rstrip("/") + "/")
-        if inside and (best is None or len(root) > len(str(best.get("real_path") or ""))):
+        if inside and (best is None or len(root) > len(best.real_path or "")):
             best = d
     return best
 
@@ -687,9 +600,9 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
     cap = profile.inode_cap if profile is not None and isinstance(profile.inode_cap, int) \
         and not isinstance(profile.inode_cap, bool) else None
     for d in _unique_disks(snap):
-        where = d.get("real_path") or d.get("path")
-        ti, fi = as_number(d.get("total_inodes")), as_number(d.get("free_inodes"))
-        tb, fb = as_number(d.get("total_bytes")), as_number(d.get("free_bytes"))
+        where = d.where
+        ti, fi = d.total_inodes, d.free_inodes
+        tb, fb = d.total_bytes, d.free_bytes
         bytes_pct = 100.0 * (1 - fb / tb) if tb and fb is not None else None
         if ti and fi is not None:
             used = ti - fi
@@ -706,32 +619,32 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
             assert fb is not None
             out.append(_finding(
                 "U6", "critical", host, f"{where}: disk {bytes_pct:.0f} % full",
-                f"{_fmt_bytes(fb)} free of {_fmt_bytes(tb or 0)}: the next torch.save fails"))
+                f"{fmt_bytes(fb)} free of {fmt_bytes(tb or 0)}: the next torch.save fails"))
     seen_u6 = {f.title.split(":")[0] for f in out if f.id == "U6"}
     for key, job in _jobs(snap).items():
-        c = _ckpt(job)
-        if c is None or not c.get("path"):
+        c = job.checkpoint
+        if c is None or not c.path:
             continue
-        path = str(c["path"])
+        path = c.path
         holder = _disk_for(path, snap)
         if holder is None:
             continue
-        where = str(holder.get("real_path") or holder.get("path"))
+        where = holder.where
         if where in seen_u6:
             continue  # the disk-full finding already says it
-        tb, fb = as_number(holder.get("total_bytes")), as_number(holder.get("free_bytes"))
-        size = as_number(c.get("size"))
+        tb, fb = holder.total_bytes, holder.free_bytes
+        size = c.size
         if tb is None or fb is None or not tb:
             continue
         pct = 100.0 * (1 - fb / tb)
         if path.endswith(TMP_SUFFIXES) and pct >= BYTES_LOW_PCT:
             out.append(_finding(
                 "U6", "warn", host, f"job {key}: a checkpoint temp file on a {pct:.0f} % disk",
-                f"{path} on {where}, {_fmt_bytes(fb)} free"))
-        elif size is not None and size > fb and job.get("state") in ACTIVE_STATES:
+                f"{path} on {where}, {fmt_bytes(fb)} free"))
+        elif size is not None and size > fb and job.state in ACTIVE_STATES:
             out.append(_finding(
                 "U6", "critical", host, f"job {key}: the next checkpoint will not fit",
-                f"newest checkpoint {_fmt_bytes(size)}, {_fmt_bytes(fb)} free on {where}"))
+                f"newest checkpoint {fmt_bytes(size)}, {fmt_bytes(fb)} free on {where}"))
     return out
 
 
@@ -762,7 +675,7 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
     """Every host's findings, worst first. ``previous`` maps a host to its prior snapshot."""
     out: list[Finding] = []
     for s in states:
-        out += diagnose(previous.get(s.name), s.snapshot, s.state, profiles.get(s.name), now,
+        out += diagnose(previous.get(s.name), s.view, s.state, profiles.get(s.name), now,
                         host=s.name, error=s.error, last_ok=s.last_ok)
     return sort_findings(out)
 

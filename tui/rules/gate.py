@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
+from gpuroom.remote.queue_events import FINAL_STATES
+from gpuroom.tui.snapshot import Snapshot
+
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 
 
@@ -32,28 +34,17 @@ class GateResult:
                 "items": [{"name": i.name, "ok": i.ok, "detail": i.detail} for i in self.items]}
 
 
-def snapshot_jobs(snapshot: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Every job in the snapshot's queue section, each tagged with its queue."""
-    queues = ((snapshot or {}).get("queue") or {}).get("queues") or {}
-    out = []
-    for qname, view in queues.items():
-        for job in (view or {}).get("jobs") or []:
-            out.append({**job, "queue": qname})
-    return out
-
-
-def _queue_item(snapshot: dict[str, Any] | None) -> GateItem:
+def _queue_item(snapshot: Snapshot | None) -> GateItem:
     name = "queue finished or stopped"
     if snapshot is None:
         return GateItem(name, False, "no snapshot from this host yet")
-    if "queue" not in snapshot:
+    if snapshot.queue is None:
         return GateItem(name, False, "the snapshot has no queue section")
-    live = [f"{j['queue']}/{j.get('id')} {j.get('state')}" for j in snapshot_jobs(snapshot)
-            if j.get("state") not in FINAL_STATES]
+    live = [f"{j.key} {j.state}" for j in snapshot.jobs if j.state not in FINAL_STATES]
     if live:
         return GateItem(name, False, "not final: " + ", ".join(live[:5])
                         + (f" (+{len(live) - 5})" if len(live) > 5 else ""))
-    return GateItem(name, True, f"{len(snapshot_jobs(snapshot))} jobs, all final")
+    return GateItem(name, True, f"{len(snapshot.jobs)} jobs, all final")
 
 
 def _latest_record(records: list[dict[str, Any]], host: str, job: str) -> dict[str, Any] | None:
@@ -61,7 +52,7 @@ def _latest_record(records: list[dict[str, Any]], host: str, job: str) -> dict[s
     return max(mine, key=lambda r: float(r.get("time") or 0)) if mine else None
 
 
-def evaluate(host: str, snapshot: dict[str, Any] | None, records: list[dict[str, Any]],
+def evaluate(host: str, snapshot: Snapshot | None, records: list[dict[str, Any]],
              job_outputs: dict[str, list[dict[str, Any]] | None],
              expected_helper_sha: str | None = None) -> GateResult:
     """The checklist for one host.
@@ -107,7 +98,7 @@ def evaluate(host: str, snapshot: dict[str, Any] | None, records: list[dict[str,
                           "hash-verified, not load-verified: " + ", ".join(not_loaded[:5])
                           if not_loaded else "every .pt/.pth/.ckpt loaded on this machine"))
     if expected_helper_sha is not None:
-        got_sha = ((snapshot or {}).get("helper") or {}).get("sha256")
+        got_sha = snapshot.helper.sha256 if snapshot is not None else None
         items.append(GateItem("deployed helper matches", got_sha == expected_helper_sha,
                               f"box runs {str(got_sha)[:12]}, expected "
                               f"{expected_helper_sha[:12]}"))

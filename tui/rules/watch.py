@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
-from gpuroom.tui.model import HostState, LinkState, Snapshot
+from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose, sort_findings, vanished_findings
+from gpuroom.tui.snapshot import Snapshot
 
 # A remembered transition is dropped after this long even if never cleared.
 STICKY_S = 24 * 3600.0
@@ -69,15 +70,16 @@ class FleetWatch:
             return
         mem.seen_try = h.last_try
         profile = self.profile(h.profile)
-        up = h.state is LinkState.UP and h.snapshot is not None
+        snap = h.view
+        up = h.state is LinkState.UP and snap is not None
         if up:
-            mem.prev, mem.current = mem.current, h.snapshot
-        mem.findings = diagnose(mem.prev if up else mem.current, h.snapshot if up else None,
+            mem.prev, mem.current = mem.current, snap
+        mem.findings = diagnose(mem.prev if up else mem.current, snap if up else None,
                                 h.state, profile, now, host=h.name, error=h.error,
                                 last_ok=h.last_ok)
-        if up and h.snapshot is not None:
-            self.tracker.feed(h.name, h.snapshot, h.last_ok if h.last_ok is not None else now)
-            for f in vanished_findings(h.name, mem.prev, h.snapshot):
+        if up and snap is not None:
+            self.tracker.feed(h.name, snap, h.last_ok if h.last_ok is not None else now)
+            for f in vanished_findings(h.name, mem.prev, snap):
                 mem.sticky[(f.id, f.title)] = (f, now)
         for key, (_f, at) in list(mem.sticky.items()):
             if now - at > STICKY_S:
@@ -99,7 +101,7 @@ class FleetWatch:
     def clocks(self, hosts: Iterable[HostState], now: float) -> list[ClockItem]:
         out: list[ClockItem] = []
         for h in hosts:
-            snap = h.snapshot if h.snapshot is not None else self._mem.get(
+            snap = h.view if h.view is not None else self._mem.get(
                 h.name, _HostMemory()).current
             out += host_clocks(h.name, snap, self.profile(h.profile), now,
                                price_per_hour=h.price_per_hour, rented_at=h.rented_at,

@@ -18,12 +18,13 @@ import parts as rec
 
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.rules.doctor import diagnose
+from gpuroom.tui.snapshot import read_optional as view
 
 T = rec.T0
 
 
 def ids(prev: dict[str, Any] | None, snap: dict[str, Any]) -> set[str]:
-    return {f.id for f in diagnose(prev, snap, LinkState.UP, None, T + 10, host="h")}
+    return {f.id for f in diagnose(view(prev), view(snap), LinkState.UP, None, T + 10, host="h")}
 
 
 def _running(**kw: Any) -> dict[str, Any]:
@@ -125,7 +126,7 @@ def test_u10_only_when_the_job_records_its_ask() -> None:
 def test_u3_bottom_of_the_ladder(attempt: dict[str, Any], expected: str, severity: str) -> None:
     prev = _running()
     j = rec.ended(prev["queue"]["queues"]["default"]["jobs"][0], "failed", T + 5, **attempt)
-    out = diagnose(prev, rec.snapshot(T + 5, gpus=[rec.idle_gpu()], jobs=[j]),
+    out = diagnose(view(prev), view(rec.snapshot(T + 5, gpus=[rec.idle_gpu()], jobs=[j])),
                    LinkState.UP, None, T + 5, host="h")
     assert [(f.id, f.severity) for f in out] == [("U3", severity)]
     assert expected in out[0].title

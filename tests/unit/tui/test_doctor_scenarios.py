@@ -18,6 +18,7 @@ from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
+from gpuroom.tui.snapshot import read_optional as view
 
 DOCTOR = DATA / "doctor"
 PRICE = {"h100-a": 2.49, "idle-box": 2.49, "a10-c": 0.76}
@@ -39,11 +40,11 @@ def replay(name: str) -> tuple[set[str], list[Finding], list[ClockItem]]:
         except ProfileError:
             profile = None
         snap = rec["snapshot"]
-        findings = diagnose(prev.get(host), snap, link, profile, t, host=host,
+        findings = diagnose(view(prev.get(host)), view(snap), link, profile, t, host=host,
                             error=rec["error"], last_ok=last_ok.get(host))
         seen |= {f.id for f in findings}
-        tracker.feed(host, snap, t)
-        clocks = host_clocks(host, snap if snap is not None else prev.get(host), profile, t,
+        tracker.feed(host, view(snap), t)
+        clocks = host_clocks(host, view(snap if snap is not None else prev.get(host)), profile, t,
                              price_per_hour=PRICE.get(host), tracker=tracker)
         if link is LinkState.UP:
             prev[host], last_ok[host] = snap, t
@@ -77,7 +78,7 @@ def test_link_drop_says_the_job_is_not_dead() -> None:
     lines = (DOCTOR / "link_drop.jsonl").read_text().splitlines()
     rec = json.loads(lines[2])
     prev = json.loads(lines[1])["snapshot"]
-    out = diagnose(prev, None, LinkState(rec["state"]), None, rec["t"], host="h100-a",
+    out = diagnose(view(prev), None, LinkState(rec["state"]), None, rec["t"], host="h100-a",
                    error=rec["error"], last_ok=json.loads(lines[1])["t"])
     assert [f.id for f in out] == ["GEN8"]
     assert "does NOT mean the job died" in out[0].title

@@ -32,6 +32,8 @@ from gpuroom.tui.rules.doctor import (
     walltime_left,
 )
 from gpuroom.tui.rules.watch import FleetWatch
+from gpuroom.tui.snapshot import Job
+from gpuroom.tui.snapshot import read_optional as view
 
 SESSION = DATA / "slurm" / "session.jsonl"
 LINES: list[dict[str, Any]] = [json.loads(raw) for raw in SESSION.read_text().splitlines()]
@@ -86,7 +88,7 @@ def with_job(snap: Snap, name: str, job: dict[str, Any]) -> Snap:
 
 
 def clocks_of(snap: Snap, now: float, kind: str, profile: Any = SLURM) -> list[ClockItem]:
-    return [c for c in host_clocks(HOST, snap, profile, now) if c.kind == kind]
+    return [c for c in host_clocks(HOST, view(snap), profile, now) if c.kind == kind]
 
 
 # ------------------------------------------------------------------------ final states
@@ -102,7 +104,7 @@ def test_the_recording_holds_the_real_ends() -> None:
 
 def test_timeout_is_a_steady_slurm2_finding_with_what_was_seen() -> None:
     stale = jobs(LAST)["stale"]
-    found = about(diagnose(None, LAST, LinkState.UP, SLURM, T_LAST, host=HOST), stale)
+    found = about(diagnose(None, view(LAST), LinkState.UP, SLURM, T_LAST, host=HOST), stale)
     assert ids(found) == ["SLURM2"]
     f = found[0]
     assert f.severity == "warn" and "hit its walltime (Slurm TIMEOUT)" in f.title
@@ -118,11 +120,11 @@ def test_timeout_is_a_steady_slurm2_finding_with_what_was_seen() -> None:
     assert len(ends) >= 2
     for i in ends:
         snap, t = snap_at(i)
-        assert ids(about(slurm_findings(HOST, snap, t), stale)) == ["SLURM2"]
+        assert ids(about(slurm_findings(HOST, view(snap), t), stale)) == ["SLURM2"]
 
 
 def test_completed_and_plain_failed_jobs_get_no_slurm_state_finding() -> None:
-    found = slurm_findings(HOST, LAST, T_LAST)
+    found = slurm_findings(HOST, view(LAST), T_LAST)
     for name in ("resumable", "wide", "fails"):
         assert about(found, jobs(LAST)[name]) == [], name
 
@@ -135,7 +137,7 @@ def test_completed_and_plain_failed_jobs_get_no_slurm_state_finding() -> None:
 def test_oom_preempted_and_node_fail_are_explained_with_the_seed_fix(
         state: str, fid: str, words: str) -> None:
     stale = ended_as(jobs(LAST)["stale"], state, exit_code=0)
-    found = about(slurm_findings(HOST, with_job(LAST, "stale", stale), T_LAST), stale)
+    found = about(slurm_findings(HOST, view(with_job(LAST, "stale", stale)), T_LAST), stale)
     assert ids(found) == [fid]
     assert words in found[0].title and f"Slurm {state}" in found[0].title
     assert found[0].fix == FIX[fid]
@@ -150,11 +152,12 @@ def test_a_relaunched_or_cancelled_job_has_no_final_state_finding() -> None:
     stale = jobs(LAST)["stale"]
     cancelled = ended_as(stale, "CANCELLED", exit_code=None)
     assert cancelled["state"] == "killed"
-    assert about(slurm_findings(HOST, with_job(LAST, "stale", cancelled), T_LAST), stale) == []
+    assert about(slurm_findings(HOST, view(with_job(LAST, "stale", cancelled)), T_LAST),
+                 stale) == []
     # `queue relaunch` queues a new attempt: the TIMEOUT belongs to the one before.
     relaunched = copy.deepcopy(stale)
     relaunched.update(state="queued", slurm_state="PENDING", slurm_id="99", reason=None)
-    assert about(slurm_findings(HOST, with_job(LAST, "stale", relaunched), T_LAST),
+    assert about(slurm_findings(HOST, view(with_job(LAST, "stale", relaunched)), T_LAST),
                  stale) == []
 
 
@@ -164,9 +167,9 @@ def test_the_end_is_said_once_not_also_as_an_unexplained_exit() -> None:
     snap, t = snap_at(i)
     stale = jobs(snap)["stale"]
     assert jobs(prev)["stale"]["state"] == "running"
-    assert about(vanished_findings(HOST, prev, snap), stale) == []
-    assert ids(about(diagnose(prev, snap, LinkState.UP, SLURM, t, host=HOST), stale)) == \
-        ["SLURM2"]
+    assert about(vanished_findings(HOST, view(prev), view(snap)), stale) == []
+    assert ids(about(diagnose(view(prev), view(snap), LinkState.UP, SLURM, t, host=HOST),
+                     stale)) == ["SLURM2"]
 
 
 # ------------------------------------------------------------------------ SLURM2 while running
@@ -181,7 +184,7 @@ def test_near_the_wall_an_old_checkpoint_is_a_slurm2_warning() -> None:
     snap, t = snap_at(first(_stale_near_wall))
     stale = jobs(snap)["stale"]
     assert snap["host"]["time"] - stale["checkpoint"]["mtime"] > stale["signal_lead_s"]
-    found = about(slurm_findings(HOST, snap, t), stale)
+    found = about(slurm_findings(HOST, view(snap), t), stale)
     assert ids(found) == ["SLURM2"] and found[0].severity == "warn"
     assert found[0].title.endswith("no checkpoint newer than the warning lead")
     assert stale["checkpoint"]["path"] in found[0].seen
@@ -192,7 +195,7 @@ def test_no_checkpoint_at_all_near_the_wall_is_the_same_warning() -> None:
     snap, t = snap_at(first(_stale_near_wall))
     stale = jobs(snap)["stale"]
     stale["checkpoint"] = None
-    found = about(slurm_findings(HOST, with_job(snap, "stale", stale), t), stale)
+    found = about(slurm_findings(HOST, view(with_job(snap, "stale", stale)), t), stale)
     assert ids(found) == ["SLURM2"] and f"no checkpoint in {stale['ckpt_dir']}" in found[0].seen
 
 
@@ -201,10 +204,11 @@ def test_far_from_the_wall_or_without_a_warning_lead_there_is_no_slurm2_warning(
     snap, t = snap_at(i)
     stale = jobs(snap)["stale"]
     assert stale["time_left_s"] >= 2 * stale["signal_lead_s"]
-    assert about(slurm_findings(HOST, snap, t), stale) == []
+    assert about(slurm_findings(HOST, view(snap), t), stale) == []
     near, t_near = snap_at(first(_stale_near_wall))
     unarmed = dict(jobs(near)["stale"], signal_lead_s=0)
-    assert about(slurm_findings(HOST, with_job(near, "stale", unarmed), t_near), unarmed) == []
+    assert about(slurm_findings(HOST, view(with_job(near, "stale", unarmed)), t_near),
+                 unarmed) == []
 
 
 def test_a_job_checkpointing_every_few_seconds_is_never_warned() -> None:
@@ -217,11 +221,11 @@ def test_a_job_checkpointing_every_few_seconds_is_never_warned() -> None:
             continue
         running += 1
         snap, t = snap_at(i)
-        assert about(slurm_findings(HOST, snap, t), job) == [], (i, job)
+        assert about(slurm_findings(HOST, view(snap), t), job) == [], (i, job)
     assert running >= 5
     # ... while the stale job is warned at some poll before its end.
     warned = [i for i, line in enumerate(LINES)
-              if about(slurm_findings(HOST, line["snapshot"], line["t"]),
+              if about(slurm_findings(HOST, view(line["snapshot"]), line["t"]),
                        jobs(line["snapshot"])["stale"])
               and jobs(line["snapshot"])["stale"]["state"] == "running"]
     assert warned
@@ -303,7 +307,7 @@ def test_walltime_clock_past_the_wall_falls_back_to_start_plus_limit() -> None:
               and j["stale"]["elapsed_s"] > j["stale"]["time_limit_s"])
     snap, t = snap_at(i)
     stale = jobs(snap)["stale"]
-    left = walltime_left(stale, t)
+    left = walltime_left(Job.read(stale), t)
     assert left == pytest.approx(stale["attempts"][-1]["start"] + stale["time_limit_s"] - t)
     assert left is not None and left < 0
     item = [c for c in clocks_of(snap, t, "walltime") if f"Slurm {stale['slurm_id']})" in c.text]
@@ -342,7 +346,7 @@ def test_running_to_pending_by_the_scripts_requeue_is_info_not_an_exit() -> None
     job = jobs(snap)["resumable"]
     assert jobs(prev)["resumable"]["state"] == "running"
     assert job["restarts"] == 0  # the run record exists before restarts counts it
-    found = about(vanished_findings(HOST, prev, snap), job)
+    found = about(vanished_findings(HOST, view(prev), view(snap)), job)
     assert [(f.id, f.severity) for f in found] == [("SLURM1", "info")]
     assert found[0].title.endswith("was requeued")
     assert "after the walltime warning" in found[0].seen and "exited with code" not in \
@@ -356,7 +360,7 @@ def test_a_requeue_slurm_did_itself_is_slurm5() -> None:
     snap, _t = snap_at(after)
     job = jobs(snap)["resumable"]
     job["attempts"][-1]["runs"] = []  # preemption / NODE_FAIL: the script wrote no record
-    found = about(vanished_findings(HOST, prev, with_job(snap, "resumable", job)), job)
+    found = about(vanished_findings(HOST, view(prev), view(with_job(snap, "resumable", job))), job)
     assert [(f.id, f.severity) for f in found] == [("SLURM5", "info")]
     assert "Slurm requeued it" in found[0].seen
 
@@ -366,7 +370,7 @@ def test_a_requeue_between_two_polls_is_still_seen() -> None:
     running_again = first(lambda j: j["resumable"]["state"] == "running", after)
     prev, _ = snap_at(before)
     snap, _t = snap_at(running_again)
-    found = about(vanished_findings(HOST, prev, snap), jobs(snap)["resumable"])
+    found = about(vanished_findings(HOST, view(prev), view(snap)), jobs(snap)["resumable"])
     assert ids(found) == ["SLURM1"]
 
 
@@ -374,11 +378,12 @@ def test_no_requeue_finding_while_a_job_keeps_running_or_is_cancelled() -> None:
     before, _ = _requeue_polls()
     prev, _t = snap_at(before - 1)
     snap, _t = snap_at(before)
-    assert about(vanished_findings(HOST, prev, snap), jobs(snap)["resumable"]) == []
+    assert about(vanished_findings(HOST, view(prev), view(snap)), jobs(snap)["resumable"]) == []
     i = first(_stale_near_wall)
     prev, _t = snap_at(i)
     cancelled = ended_as(jobs(prev)["stale"], "CANCELLED", exit_code=None)
-    found = about(vanished_findings(HOST, prev, with_job(prev, "stale", cancelled)), cancelled)
+    found = about(vanished_findings(HOST, view(prev), view(with_job(prev, "stale", cancelled))),
+                  cancelled)
     assert [(f.id, f.severity) for f in found] == [("U3", "info")]
     assert "cancelled" in found[0].title
 
@@ -390,9 +395,9 @@ def test_the_login_nodes_cgroup_is_not_a_slurm_jobs_cpu_slice() -> None:
     snap["cgroup"]["cpu_quota_vcpus"] = 1.0
     snap["host"]["cpu_count"] = 2
     stale = jobs(snap)["stale"]
-    assert [f for f in job_findings(HOST, None, snap) if f.id == "U40"] == []
+    assert [f for f in job_findings(HOST, None, view(snap)) if f.id == "U40"] == []
     box = {k: v for k, v in stale.items() if k not in ("backend", "slurm_id")}
-    found = job_findings(HOST, None, with_job(snap, "stale", box))
+    found = job_findings(HOST, None, view(with_job(snap, "stale", box)))
     assert [f.id for f in about(found, box)] == ["U40"]
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from gpuroom.tui.rules.gate import evaluate
+from gpuroom.tui.snapshot import Snapshot, read_snapshot
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
 
-def snap(*states: str, helper: str = "h" * 64) -> dict[str, Any]:
+def snap(*states: str, helper: str = "h" * 64) -> Snapshot:
     jobs = [{"id": str(i + 1), "state": s} for i, s in enumerate(states)]
-    return {"queue": {"queues": {"default": {"jobs": jobs, "runner": {"alive": False}}}},
-            "helper": {"sha256": helper}}
+    return read_snapshot({"queue": {"queues": {"default": {"jobs": jobs,
+                                                           "runner": {"alive": False}}}},
+                          "helper": {"sha256": helper}})
 
 
 def outputs() -> dict[str, list[dict[str, Any]] | None]:

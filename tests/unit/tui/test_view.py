@@ -11,24 +11,17 @@ from paths import DATA
 
 from gpuroom.remote import gpu
 from gpuroom.tui.model import HostState, LinkState, PendingAction
+from gpuroom.tui.present.banner import failed_job_dangers
+from gpuroom.tui.present.disks import disk_rows
+from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.gpus import gpu_absence, gpu_rows, gpu_summary
+from gpuroom.tui.present.hosts import host_row, link_text
+from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log, log_chunk
 from gpuroom.tui.present.view import (
-    LogChunk,
-    LogCursor,
-    advance_log,
-    disk_rows,
-    failed_job_dangers,
-    fmt_age,
-    fmt_bytes,
-    gpu_absence,
-    gpu_rows,
-    gpu_summary,
-    host_row,
     job_rows,
-    link_text,
-    log_chunk,
-    sparkline,
     still_pending,
 )
+from gpuroom.tui.snapshot import read_optional as view
 
 PROBE: dict[str, Any] = json.loads((DATA / "probe-vm.json").read_text())
 NOW = float(PROBE["host"]["time"]) + 30
@@ -43,29 +36,6 @@ def scenario_host(name: str, host: str) -> HostState:
 
 def up(snapshot: dict[str, Any] | None, name: str = "box") -> HostState:
     return HostState(name=name, state=LinkState.UP, snapshot=snapshot, last_ok=NOW - 30)
-
-
-# ------------------------------------------------------------------ formatting
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(None, "-"), (-5, "0s"), (42, "42s"), (180, "3m"), (7500, "2h05m"),
-     (3 * 86400 + 7200, "3d02h")],
-)
-def test_fmt_age(seconds: float | None, text: str) -> None:
-    assert fmt_age(seconds) == text
-
-
-def test_fmt_bytes_is_df_h_like() -> None:
-    assert [fmt_bytes(n) for n in (None, 512, 1536, 252 * 2**30)] == ["-", "512B", "1.5K", "252G"]
-
-
-def test_sparkline_scales_to_the_hardware_max() -> None:
-    # A GPU stuck at half clock reads half-height even though it never changes (U23).
-    assert sparkline([990.0, 990.0], top=1980) == "▅▅"
-    assert sparkline([None, 1980.0], top=1980) == " █"
-    assert sparkline([], top=None) == ""
 
 
 # ------------------------------------------------------------------ link state
@@ -86,7 +56,7 @@ def test_link_text_up_stale_down() -> None:
 
 
 def test_gpu_rows_from_the_throttle_scenario() -> None:
-    rows = gpu_rows(scenario_host("throttle", "a10-c").snapshot)
+    rows = gpu_rows(view(scenario_host("throttle", "a10-c").snapshot))
     a10, rtx = rows
     assert (a10.sm_mhz, a10.sm_max_mhz, a10.power_w, a10.power_limit_w) == (210, 1695, 21.3, 150)
     assert a10.mem_total_mib == 23028
@@ -100,7 +70,7 @@ def test_gpu_rows_read_the_reasons_the_helper_writes() -> None:
     # The helper's own GPU dict (remote/gpu.py, from a csv row of the clock-reason mask) names
     # the field clock_event_reasons; the pane read only older spellings and showed "-".
     row = gpu.parse_query_csv("index, clocks_throttle_reasons.active\n0, 0x0000000000000025\n")[0]
-    (shown,) = gpu_rows({"gpus": [gpu.gpu_from_query_row(row, 0)]})
+    (shown,) = gpu_rows(view({"gpus": [gpu.gpu_from_query_row(row, 0)]}))
     assert shown.throttle == ("sw_power_cap", "sw_thermal_slowdown")
     assert shown.level == "warn"
 
@@ -110,7 +80,7 @@ def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
                                  "not a dict", {"index": 3, "mem_used_mib": 512,
                                                 "throttle_reasons": {"SW Power Cap": True,
                                                                      "Idle": True}}]}}
-    rows = gpu_rows(snap)
+    rows = gpu_rows(view(snap))
     assert [r.index for r in rows] == [0, 3]
     assert rows[0].power_w == 55.5 and rows[0].sm_mhz is None and rows[0].throttle == ()
     assert rows[1].mem_used_mib == 512 and rows[1].throttle == ("sw_power_cap",)
@@ -119,25 +89,25 @@ def test_gpu_rows_tolerate_missing_and_odd_fields() -> None:
 def test_gpu_absence_reasons() -> None:
     assert gpu_absence(None) == "no snapshot yet"
     # The real probe of the dev VM (no GPU, no driver) says why in gpu_error.
-    assert gpu_absence(PROBE) == PROBE["gpu_error"]
-    assert gpu_absence({"host": {}}) == "not reported by the probe"
-    assert gpu_absence({"gpus": []}) == "none found"
-    assert gpu_absence({"gpus": {"devices": [], "reason": "NVML: driver not loaded"}}) == (
+    assert gpu_absence(view(PROBE)) == PROBE["gpu_error"]
+    assert gpu_absence(view({"host": {}})) == "not reported by the probe"
+    assert gpu_absence(view({"gpus": []})) == "none found"
+    assert gpu_absence(view({"gpus": {"devices": [], "reason": "NVML: driver not loaded"}})) == (
         "NVML: driver not loaded"
     )
     err = {"errors": [{"section": "gpus", "error": "NVMLError: Unknown"}]}
-    assert gpu_absence(err) == "NVMLError: Unknown"
-    assert gpu_absence(scenario_host("healthy", "h100-a").snapshot) is None
+    assert gpu_absence(view(err)) == "NVMLError: Unknown"
+    assert gpu_absence(view(scenario_host("healthy", "h100-a").snapshot)) is None
 
 
 def test_gpu_summary_for_the_hosts_table() -> None:
-    rows = gpu_rows(scenario_host("healthy", "h100-a").snapshot)
+    rows = gpu_rows(view(scenario_host("healthy", "h100-a").snapshot))
     count, sm, power = gpu_summary(rows)
     assert count == "8x H100 80GB"
     assert sm == "-"  # the H100 capture (a plain nvidia-smi table) prints no clocks
     assert power == f"{259 + 264 + 266 + 268 + 246 + 249 + 263 + 245}/5600"
     # The throttle captures (-q) do: the mean SM clock of its two boards over their max.
-    throttled = gpu_summary(gpu_rows(scenario_host("throttle", "a10-c").snapshot))
+    throttled = gpu_summary(gpu_rows(view(scenario_host("throttle", "a10-c").snapshot)))
     assert throttled == ("2x mixed", f"{(210 + 300) // 2}/{(1695 + 2130) // 2}",
                          f"{round(21.3 + 18.31)}/{150 + 215}")
     assert gpu_summary([]) == ("0", "-", "-")
@@ -147,7 +117,7 @@ def test_gpu_summary_for_the_hosts_table() -> None:
 
 
 def test_disk_rows_from_the_real_probe_dedupe_same_device() -> None:
-    rows = disk_rows(PROBE)
+    rows = disk_rows(view(PROBE))
     # "~" and the cwd are one filesystem on the dev VM: shown once.
     assert len(rows) == 1
     d = rows[0]
@@ -158,7 +128,7 @@ def test_disk_rows_from_the_real_probe_dedupe_same_device() -> None:
 
 
 def test_inode_alarm_even_when_bytes_look_fine() -> None:
-    rows = disk_rows(scenario_host("inode", "h100-a").snapshot)
+    rows = disk_rows(view(scenario_host("inode", "h100-a").snapshot))
     data = next(r for r in rows if r.path == "/data")
     assert data.bytes_level == "ok"  # 34 % used
     assert data.inodes_level == "crit"  # 99 % (fixtures/df/moby-37077)
@@ -174,7 +144,7 @@ def test_disk_thresholds(bytes_pct: float, inodes_pct: float, bytes_level: str,
                          inodes_level: str) -> None:
     snap = {"disks": [{"path": "/d", "total_bytes": 1000, "free_bytes": 1000 - bytes_pct * 10,
                        "total_inodes": 1000, "free_inodes": 1000 - inodes_pct * 10}]}
-    (d,) = disk_rows(snap)
+    (d,) = disk_rows(view(snap))
     assert (d.bytes_level, d.inodes_level) == (bytes_level, inodes_level)
 
 
@@ -182,7 +152,7 @@ def test_disk_error_and_no_inode_accounting() -> None:
     snap = {"disks": [{"path": "/gone", "error": "FileNotFoundError: nope"},
                       {"path": "/btrfs", "total_bytes": 100, "free_bytes": 50,
                        "total_inodes": 0, "free_inodes": 0}]}
-    gone, btrfs = disk_rows(snap)
+    gone, btrfs = disk_rows(view(snap))
     assert gone.error == "FileNotFoundError: nope" and gone.level == "ok"
     assert btrfs.inodes_pct is None and btrfs.bytes_pct == 50
 
@@ -207,16 +177,17 @@ def test_every_string_the_box_wrote_is_inert_in_the_rows() -> None:
                    "command": f"python {EVIL}"},
                   {"id": "j2", "name": "argv", "state": f"queued{EVIL}", "argv": ["echo", EVIL]}],
     }
-    (gpu,) = gpu_rows(snap)
+    (gpu,) = gpu_rows(view(snap))
     assert_inert(gpu.name)
     assert_inert(gpu.throttle_short)
-    (disk,) = disk_rows(snap)
+    (disk,) = disk_rows(view(snap))
     assert_inert(disk.path)
     assert_inert(disk.error or "")
     first, second = job_rows(up(snap), NOW)
     for text in (first.name, second.state, first.command, second.command):
         assert_inert(text)
-    assert_inert(gpu_absence({"gpus": {"devices": [], "reason": f"nvidia-smi: {EVIL}"}}) or "")
+    no_gpu = view({"gpus": {"devices": [], "reason": f"nvidia-smi: {EVIL}"}})
+    assert_inert(gpu_absence(no_gpu) or "")
     assert_inert(host_row(up(snap), NOW).job)
 
 
@@ -284,12 +255,12 @@ def test_relaunch_confirmed_by_a_higher_attempt() -> None:
 
 def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
     h = scenario_host("healthy", "h100-a")
-    chunk = log_chunk(h.snapshot, "j3")
+    chunk = log_chunk(view(h.snapshot), "j3")
     assert chunk is not None and chunk.offset == 0 and not chunk.reset
     assert chunk.data.startswith(b"=== gpuroom j3 attempt 1 ")  # the queue's attempt header
-    assert log_chunk(h.snapshot, "j2") is None  # no log section
+    assert log_chunk(view(h.snapshot), "j2") is None  # no log section
     bad = {"queue": {"jobs": [{"id": "x", "log": {"data_b64": "!!not base64!!"}}]}}
-    assert log_chunk(bad, "x") is None
+    assert log_chunk(view(bad), "x") is None
 
 
 def chunk(offset: int, data: bytes, *, inode: int = 1, reset: bool = False,
@@ -347,8 +318,10 @@ def test_a_signalled_end_shows_its_signal() -> None:
     assert (row.exit_code, row.signal, row.ended_by) == (None, "SIGKILL", "SIGKILL")
     assert [d.text for d in failed_job_dangers([host], NOW)] == [
         "CRITICAL h: job ft failed by SIGKILL"]
-    job["attempts"][0].update(exit_code=3, signal=None)
-    assert job_rows(host, NOW)[0].ended_by == "3"
+    # A new document (the fleet never edits one in place; the view is cached per document).
+    exited = {**job, "attempts": [{"attempt": 1, "exit_code": 3, "signal": None}]}
+    assert job_rows(up({"queue": {"queues": {"default": {"jobs": [exited]}}}}, "h"),
+                    NOW)[0].ended_by == "3"
 
 
 def test_failed_job_dangers_skip_jobs_a_finding_explains() -> None:

@@ -1,0 +1,137 @@
+"""The schema test: every key tui/snapshot.py reads is one the real helper writes (issue 16).
+
+A poll of the test sshd's box by the real link and helper, with the GPU boundary replayed
+(the fake nvidia-smi printing real captures, found the way a box finds it: by
+$GPUROOM_NVIDIA_SMI in the helper's environment) and a real queue (a finished job with a
+synced output and its log bytes, a running job with a checkpoint file), must carry every key
+the reader reads for a box. So a key renamed in the helper fails here instead of blanking a
+pane, as clock_event_reasons did the throttle column. The keys only some situations write
+(Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against real output in
+tests/unit/tui/test_snapshot_schema.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import NVIDIA_SMI
+
+from gpuroom.remote import kernel
+from gpuroom.remote.probe import ProbeSession
+from gpuroom.tui.config import HostConfig
+from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
+from gpuroom.tui.transport.link import HostLink
+
+# A GPU table with two cards, and the plain table listing their processes
+# (--query-compute-apps has no capture, so the helper falls back to it).
+SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
+                "nvsmi_table/driver460-gtx1080-with-processes.txt")
+WAIT_S = 60.0
+
+
+def missing(origin: Origin, docs: list[Any]) -> set[str]:
+    """Keys of ``origin`` the reader reads that none of the raw documents ``docs`` carries."""
+    wanted = {p for p, k in schema_keys(Snapshot) if k.origin == origin}
+    return wanted - keys_seen(Snapshot, docs)
+
+
+@pytest.fixture
+def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
+    """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
+    its environment. Everything it needs is copied into the test user's home, so the box
+    reads nothing of the jump host's checkout."""
+    user = pwd.getpwnam(sshd_box.user)
+    root = sshd_box.home / "gpuroom-schema-test"
+    shutil.rmtree(root, ignore_errors=True)
+    for rel in SMI_CAPTURES:
+        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
+    shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
+    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
+           "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
+           "GPUROOM_FIXTURES": str(root / "fixtures")}
+    wrapper = root / "python3"
+    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
+                       f"os.environ.update({env!r})\n"
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
+    wrapper.chmod(0o755)
+    for path in (root, *root.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    try:
+        yield wrapper
+    finally:
+        # The runner lives in the test user's tmux server, outside sshd's tree: end it here.
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _queue(link: HostLink, *args: str) -> dict[str, Any]:
+    result = await link.helper("queue", *args, timeout_s=60.0)
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+async def _until(link: HostLink, job: str, ready: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        jobs = {j["id"]: j for j in (await _queue(link, "ls"))["jobs"]}
+        if ready(jobs[job]):
+            return jobs[job]
+        assert time.monotonic() < deadline, jobs[job]
+        await asyncio.sleep(0.3)
+
+
+@pytest.mark.sshd
+async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
+        sshd_box: Any, gpu_python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = gpu_python.parent
+    link = HostLink(HostConfig(name="box", ssh=sshd_box.alias, python=str(gpu_python)),
+                    ssh_config=sshd_box.ssh_config)
+    try:
+        done = (await _queue(link, "add", "--gpus", "0", "--cwd", str(work), "--durable-dir",
+                             str(work / "durable"), "--output", "out.txt", "--",
+                             "sh", "-c", "echo hello; echo out > out.txt"))["job"]
+        await _until(link, done, lambda j: (j.get("sync") or {}).get("state") == "synced")
+        running = (await _queue(link, "add", "--gpus", "0", "--cwd", str(work), "--",
+                                "sh", "-c", 'echo step 1; echo w > "$GPUROOM_CKPT_DIR/c.pt"; '
+                                'sleep 60'))["job"]
+        # The finished job's log comes with a cursor for it; the running one's always does.
+        request = {"mounts": ["/nonexistent-mount"], "logs": {f"default/{done}": {"offset": 0}}}
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            snap = await link.poll(request)
+            jobs = {j["id"]: j for j in snap["queue"]["queues"]["default"]["jobs"]}
+            if jobs[running]["state"] == "running" and jobs[running].get("checkpoint"):
+                break
+            assert time.monotonic() < deadline, jobs[running]
+            await asyncio.sleep(0.3)
+        await _queue(link, "kill", running)
+    finally:
+        await link.close()
+    assert snap["gpu_source"] == "nvidia-smi", snap["gpu_error"]  # the replay answered
+    assert missing("probe", [snap]) == set()
+    # A missing mount is one failure path; a collector that raises is the other.
+    broken = _probe_with_a_broken_section(monkeypatch)
+    assert [e["section"] for e in broken["errors"]] == ["kernel"]
+    assert missing("failure", [snap, broken]) == set()
+
+
+def _probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(kernel, "collect", broken)
+    session = ProbeSession()
+    try:
+        return session.snapshot({})
+    finally:
+        session.close()

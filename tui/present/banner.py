@@ -1,0 +1,41 @@
+"""The danger banner's items that no finding or clock covers (a failed job)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuroom.remote.queue_events import FAILED_STATES
+from gpuroom.tui.model import HostState
+from gpuroom.tui.present.levels import Level
+from gpuroom.tui.present.view import job_rows
+
+
+@dataclass(frozen=True)
+class Danger:
+    """One urgent item for the banner."""
+
+    level: Level
+    host: str
+    text: str
+
+
+def failed_job_dangers(hosts: Iterable[HostState], now: float,
+                       explained: Iterable[tuple[str, str]] = ()) -> list[Danger]:
+    """A banner line for each failed job no finding explains (a finding that names the job,
+    as the doctor's "job default/j1 (train) died: ..." does, already says more)."""
+    said = list(explained)
+    out: list[Danger] = []
+    for h in hosts:
+        for j in job_rows(h, now):
+            if j.state not in FAILED_STATES:
+                continue
+            named = re.compile(rf"/{re.escape(j.id)}\b")
+            if any(host == h.name and named.search(title) for host, title in said):
+                continue
+            code = (f" exit {j.exit_code}" if j.exit_code is not None
+                    else f" by {j.signal}" if j.signal else "")
+            out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
+                                              f"{j.state}{code}"))
+    return out

@@ -1,0 +1,131 @@
+"""The GPU pane's rows and the hosts table's GPU cells, from the parsed snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuroom.tui.present.format import fmt_text, fmt_whole
+from gpuroom.tui.present.levels import Level
+from gpuroom.tui.snapshot import Snapshot
+
+# Clock-event reasons that say nothing is wrong (an idle GPU clocks down on purpose).
+BENIGN_THROTTLE = frozenset({"idle", "gpu_idle", "applications_clocks_setting", "none"})
+
+# nvidia-smi -q "Clocks Event Reasons" names, shortened for a narrow column.
+THROTTLE_SHORT = {
+    "sw_power_cap": "SwPwrCap",
+    "hw_slowdown": "HwSlow",
+    "hw_thermal_slowdown": "HwThermal",
+    "hw_power_brake_slowdown": "PwrBrake",
+    "sw_thermal_slowdown": "SwThermal",
+    "sync_boost": "SyncBoost",
+    "display_clock_setting": "Display",
+    "board_limit": "BoardLim",
+    "reliability": "Reliab",
+}
+MODEL_WIDTH = 9  # "H100 80GB": enough to tell cards apart in the hosts table
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU, dmon-like. None = not reported."""
+
+    index: int
+    name: str
+    sm_mhz: float | None
+    sm_max_mhz: float | None
+    mem_mhz: float | None
+    mem_max_mhz: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    temp_c: float | None
+    util_gpu: float | None
+    util_mem: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    throttle: tuple[str, ...]  # active reasons that cost clocks (idle filtered out)
+
+    @property
+    def level(self) -> Level:
+        return "warn" if self.throttle else "ok"
+
+    @property
+    def throttle_short(self) -> str:
+        return ",".join(THROTTLE_SHORT.get(t, t) for t in self.throttle)
+
+
+def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
+    """One row per GPU of the snapshot."""
+    if snapshot is None:
+        return []
+    return [
+        GpuRow(
+            index=i if g.index is None else g.index,
+            name=fmt_text(g.name),
+            sm_mhz=g.clock_sm_mhz,
+            sm_max_mhz=g.clock_sm_max_mhz,
+            mem_mhz=g.clock_mem_mhz,
+            mem_max_mhz=g.clock_mem_max_mhz,
+            power_w=g.power_w,
+            power_limit_w=g.power_limit_w,
+            temp_c=g.temp_c,
+            util_gpu=g.util_gpu_pct,
+            util_mem=g.util_mem_pct,
+            mem_used_mib=g.mem_used_mib,
+            mem_total_mib=g.mem_total_mib,
+            throttle=tuple(fmt_text(r) for r in g.clock_event_reasons if r not in BENIGN_THROTTLE),
+        )
+        for i, g in enumerate(snapshot.gpus)
+    ]
+
+
+def gpu_absence(snapshot: Snapshot | None) -> str | None:
+    """Why there are no GPU rows ("no GPU" is a normal state), None when there are some."""
+    if snapshot is None:
+        return "no snapshot yet"
+    if snapshot.gpus:
+        return None
+    reason = snapshot.gpu_error
+    if reason is None:
+        reason = snapshot.section_error("gpus")
+    if reason is None:
+        reason = "none found" if "gpus" in snapshot.sections else "not reported by the probe"
+    return fmt_text(reason)
+
+
+def gpu_summary(rows: Sequence[GpuRow]) -> tuple[str, str, str]:
+    """(count+model, mean SM clock / max, total power / limit) for the hosts table."""
+    if not rows:
+        return "0", "-", "-"
+    names = {r.name.replace("NVIDIA ", "").replace("GeForce ", "")[:MODEL_WIDTH] for r in rows}
+    model = (names.pop() or "?") if len(names) == 1 else "mixed"
+    count = f"{len(rows)}x {model}"
+
+    def mean(values: Iterable[float | None]) -> float | None:
+        got = [v for v in values if v is not None]
+        return sum(got) / len(got) if got else None
+
+    def total(values: Iterable[float | None]) -> float | None:
+        got = [v for v in values if v is not None]
+        return sum(got) if got else None
+
+    sm, sm_max = mean(r.sm_mhz for r in rows), mean(r.sm_max_mhz for r in rows)
+    pw, pw_max = total(r.power_w for r in rows), total(r.power_limit_w for r in rows)
+    sm_text = f"{fmt_whole(sm)}/{fmt_whole(sm_max, missing='?')}" if sm is not None else "-"
+    pw_text = f"{fmt_whole(pw)}/{fmt_whole(pw_max, missing='?')}" if pw is not None else "-"
+    return count, sm_text, pw_text
+
+
+HISTORY_LEN = 24  # points of SM clock / power history per GPU (one per poll)
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """Everything the GPU pane shows for one host."""
+
+    host: str
+    rows: tuple[GpuRow, ...]
+    absence: str | None
+    sm_history: tuple[tuple[float | None, ...], ...]  # per row, oldest first
+    power_history: tuple[tuple[float | None, ...], ...]

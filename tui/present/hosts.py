@@ -1,0 +1,114 @@
+"""The hosts table: one row per host, every cell already text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.disks import (
+    BYTES_CRIT_PCT,
+    BYTES_WARN_PCT,
+    INODES_CRIT_PCT,
+    INODES_WARN_PCT,
+    disk_rows,
+)
+from gpuroom.tui.present.format import fmt_age, fmt_hours, fmt_money, fmt_pct
+from gpuroom.tui.present.gpus import gpu_rows, gpu_summary
+from gpuroom.tui.present.levels import Level, level_of
+from gpuroom.tui.present.view import running_job
+
+
+def link_text(host: HostState, now: float) -> str:
+    """UP / STALE 3m / DOWN: reason, as the hosts table and banner say it."""
+    if host.state is LinkState.UP:
+        return "UP"
+    if host.state is LinkState.STALE:
+        return f"STALE {fmt_age(host.age_s(now))}"
+    return f"DOWN: {host.error or 'never answered'}"
+
+
+_LINK_LEVEL: dict[LinkState, Level] = {
+    LinkState.UP: "ok",
+    LinkState.STALE: "warn",
+    LinkState.DOWN: "crit",
+}
+
+
+def link_level(host: HostState) -> Level:
+    level: Level = _LINK_LEVEL[host.state]
+    return level
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One line of the hosts table, every cell already text."""
+
+    name: str
+    state: str
+    profile: str
+    gpus: str
+    sm_clock: str
+    power: str
+    disk_pct: str
+    inode_pct: str
+    job: str
+    billed: str
+    findings: str
+    level: Level
+    disk_level: Level
+    inode_level: Level
+    findings_level: Level = "ok"
+
+
+def billed_cell(price_per_hour: float | None, seconds: float | None) -> str:
+    """Spend so far, short: "$9.96 4.0h"; without a price only the hours."""
+    if seconds is None:
+        return "-"
+    return " ".join(part for part in (fmt_money(price_per_hour, seconds), fmt_hours(seconds))
+                    if part)
+
+
+def findings_cell(severities: Iterable[str]) -> tuple[str, Level]:
+    """How many findings, marked by the worst: "2!!" critical, "1!" warn, "3" info only."""
+    sev = list(severities)
+    if not sev:
+        return "-", "ok"
+    if "critical" in sev:
+        return f"{len(sev)}!!", "crit"
+    if "warn" in sev:
+        return f"{len(sev)}!", "warn"
+    return str(len(sev)), "ok"
+
+
+def host_row(host: HostState, now: float, *, billed: str = "-",
+             findings: Iterable[str] = ()) -> HostRow:
+    """``billed`` from the danger clock, ``findings`` the severities of the host's findings."""
+    snap = host.view
+    gpus = gpu_rows(snap)
+    count, sm, power = gpu_summary(gpus)
+    if not gpus:
+        count = "no GPU" if snap is not None else "-"
+    disks = disk_rows(snap)
+    b = max((d.bytes_pct for d in disks if d.bytes_pct is not None), default=None)
+    i = max((d.inodes_pct for d in disks if d.inodes_pct is not None), default=None)
+    b_level = level_of(b, BYTES_WARN_PCT, BYTES_CRIT_PCT)
+    i_level = level_of(i, INODES_WARN_PCT, INODES_CRIT_PCT)
+    find_text, find_level = findings_cell(findings)
+    return HostRow(
+        name=host.name,
+        state=link_text(host, now),
+        profile=host.profile,
+        gpus=count,
+        sm_clock=sm,
+        power=power,
+        disk_pct=fmt_pct(b),
+        inode_pct=fmt_pct(i),
+        job=running_job(snap),
+        billed=billed,
+        findings=find_text,
+        level=link_level(host),
+        disk_level=b_level,
+        inode_level=i_level,
+        findings_level=find_level,
+    )

@@ -1,0 +1,771 @@
+"""The ONE reader of the box helper's snapshot: typed, immutable views of the raw JSON document.
+
+The helper (remote/probe.py and the collectors it runs: hostinfo, gpu, kernel, vram, queue,
+queue_slurm) answers one JSON document per poll. Every other module on the jump host reads it
+through here, so a field's name, its older spellings and its type are written once. The
+fleet keeps the raw dict (recordings and ``gpuroom probe`` print it as the box sent it);
+``HostState.view`` parses it once per snapshot.
+
+Reading is declarative: each view lists its fields in ``KEYS`` (attribute, current key, the
+older spellings still accepted, how the value is read), so tests/system/test_snapshot_schema.py
+can enumerate every key this module reads and check it against what the real helper writes.
+
+Nothing here raises on the box's data: a missing section, a wrong type or a torn value reads
+as None (or an empty tuple). Text stays as the box wrote it: it is untrusted, and what reaches
+a terminal goes through gpuroom.tui.sanitize in the presenters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import math
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+RawSnapshot = dict[str, Any]
+
+# ----------------------------------------------------------------------------- leaf values
+
+# The number rule, the same for every field: JSON numbers are numbers, a bool is not (True
+# would otherwise read as 1), NaN and infinities are not, and a string is a number when
+# float() reads it to a finite value (recordings of older helpers carry "55.5").
+
+
+def number(value: Any) -> float | None:
+    """A finite number as float, or None (see the number rule above)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        n = float(value)
+    elif isinstance(value, str):
+        try:
+            n = float(value.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return n if math.isfinite(n) else None
+
+
+def integer(value: Any) -> int | None:
+    """The number rule, truncated to an int."""
+    n = number(value)
+    return None if n is None else int(n)
+
+
+def text(value: Any) -> str | None:
+    """A string as the box wrote it; a number (not a bool) as its decimal text; else None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None
+
+
+def flag(value: Any) -> bool:
+    """JSON true, or a non-zero number (the Slurm batch script writes 0/1); else false."""
+    if isinstance(value, bool):
+        return value
+    n = number(value) if not isinstance(value, str) else None
+    return bool(n)
+
+
+def opaque(value: Any) -> Any:
+    """Passed back to the box as it came (the kernel cursor): never looked into here."""
+    return value
+
+
+def texts(value: Any) -> tuple[str, ...]:
+    """A list of strings (non-strings dropped); anything else is empty."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, str))
+
+
+def integers(value: Any) -> tuple[int, ...] | None:
+    """A list of ints (GPU indices); None when absent or not a list of ints."""
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return None
+    return tuple(value)
+
+
+def string_map(value: Any) -> Mapping[str, str]:
+    """An object of strings (a job's env); other entries dropped."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
+
+
+def command_line(value: Any) -> str:
+    """A job's command as one line: an argv list shell-quoted, or an older helper's string."""
+    if isinstance(value, list):
+        return shlex.join(str(a) for a in value)
+    return text(value) or ""
+
+
+def reason_names(value: Any) -> tuple[str, ...]:
+    """Clock-event reasons as snake_case names: a list of names, or {name: active} (older
+    recordings). "SW Power Cap" and "sw-power-cap" read as sw_power_cap."""
+    if isinstance(value, Mapping):
+        value = [k for k, v in value.items() if v]
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for reason in value:
+        if not isinstance(reason, str):
+            continue
+        name = reason.strip().lower().replace(" ", "_").replace("-", "_")
+        if name:
+            out.append(name)
+    return tuple(out)
+
+
+# ----------------------------------------------------------------------------- the table
+
+# Where the real helper writes a key, for tests/system/test_snapshot_schema.py: "probe" on a
+# poll of a box (the queue's job keys once a job has run), "failure" only on a failure path
+# (a missing mount, a collector that raised), "slurm" on jobs of a Slurm queue
+# (tests/data/slurm/session.jsonl), "kernel" on kernel events (the dmesg captures), "vram" on
+# a process holding /dev/nvidia* (remote/vram.py's scan).
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram"]
+Shape = Literal["leaf", "one", "maybe", "many", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One attribute of a view: the helper's current key and the older spellings accepted."""
+
+    attr: str
+    key: str
+    read: Callable[[Any], Any] = opaque
+    old: tuple[str, ...] = ()
+    view: type[View] | None = None
+    shape: Shape = "leaf"
+    origin: Origin = "probe"
+
+    def pick(self, raw: Mapping[str, Any]) -> Any:
+        """The first present, non-null value among the current key and its old spellings."""
+        for key in (self.key, *self.old):
+            value = raw.get(key)
+            if value is not None:
+                return value
+        return None
+
+
+def nested(attr: str, key: str, view: type[View], shape: Shape = "one", *,
+           old: tuple[str, ...] = (), origin: Origin = "probe") -> Key:
+    return Key(attr, key, old=old, view=view, shape=shape, origin=origin)
+
+
+V = TypeVar("V", bound="View")
+
+
+class View:
+    """Base of every view: ``read`` fills the dataclass fields from ``KEYS``."""
+
+    __slots__ = ()
+    KEYS: ClassVar[tuple[Key, ...]] = ()
+
+    @classmethod
+    def read(cls: type[V], raw: Any) -> V:
+        """The view of ``raw``; a non-object reads as a view whose fields are all empty."""
+        src: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        values = {k.attr: _convert(k, k.pick(src)) for k in cls.KEYS}
+        return cls(**values)
+
+
+def _convert(k: Key, value: Any) -> Any:
+    if k.view is None:
+        return k.read(value)
+    if k.shape == "one":
+        return k.view.read(value)
+    if k.shape == "maybe":
+        return k.view.read(value) if isinstance(value, Mapping) else None
+    if k.shape == "many":
+        if not isinstance(value, list):
+            return ()
+        return tuple(k.view.read(v) for v in value if isinstance(v, Mapping))
+    # "named": an object of name -> view; the name goes into the view's ``name``.
+    if not isinstance(value, Mapping):
+        return ()
+    named: list[Any] = [k.view.read(v) for v in value.values() if isinstance(v, Mapping)]
+    names = [str(n) for n, v in value.items() if isinstance(v, Mapping)]
+    return tuple(dataclasses.replace(view, name=n) for view, n in zip(named, names, strict=True))
+
+
+def schema_keys(view: type[View], prefix: str = "") -> Iterator[tuple[str, Key]]:
+    """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key)."""
+    for k in view.KEYS:
+        path = f"{prefix}{k.key}"
+        yield path, k
+        if k.view is not None:
+            sub = {"many": "[].", "named": "{}."}.get(k.shape, ".")
+            yield from schema_keys(k.view, path + sub)
+
+
+def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[str]:
+    """Which keys ``view`` reads occur, in their current spelling, in the raw objects ``objs``
+    (named as schema_keys names them). A key whose parent never occurs is not seen."""
+    found = [o for o in objs if isinstance(o, Mapping)]
+    out: set[str] = set()
+    for k in view.KEYS:
+        values = [o[k.key] for o in found if k.key in o]
+        path = f"{prefix}{k.key}"
+        if values:
+            out.add(path)
+        if k.view is None:
+            continue
+        if k.shape in ("one", "maybe"):
+            children = values
+            sub = "."
+        elif k.shape == "many":
+            children = [x for v in values if isinstance(v, list) for x in v]
+            sub = "[]."
+        else:
+            children = [x for v in values if isinstance(v, Mapping) for x in v.values()]
+            sub = "{}."
+        out |= keys_seen(k.view, children, path + sub)
+    return out
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True, slots=True)
+class Helper(View):
+    """Which helper answered (the teardown gate compares its hash with the deployed one)."""
+
+    version: str | None
+    sha256: str | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("version", "version", text),
+        Key("sha256", "sha256", text),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Host(View):
+    """remote/hostinfo.py host_facts: identity and the box's clock."""
+
+    hostname: str | None
+    boot_id: str | None
+    uptime_s: float | None
+    time: float | None  # the box's time.time() when probed
+    cpu_count: float | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("hostname", "hostname", text),
+        Key("boot_id", "boot_id", text),
+        Key("uptime_s", "uptime_s", number),
+        Key("time", "time", number),
+        Key("cpu_count", "cpu_count", number),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Cgroup(View):
+    """remote/hostinfo.py cgroup_facts (v2 or v1)."""
+
+    version: int | None
+    memory_current: float | None
+    memory_max: float | None
+    oom_kill: float | None
+    cpu_quota_vcpus: float | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("version", "version", integer),
+        Key("memory_current", "memory_current", number),
+        Key("memory_max", "memory_max", number),
+        Key("oom_kill", "oom_kill", number),
+        Key("cpu_quota_vcpus", "cpu_quota_vcpus", number),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Disk(View):
+    """statvfs of one watched path (remote/hostinfo.py disk_facts), or why it failed."""
+
+    path: str | None
+    real_path: str | None
+    device: int | None
+    total_bytes: float | None
+    free_bytes: float | None
+    total_inodes: float | None
+    free_inodes: float | None
+    error: str | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("path", "path", text),
+        Key("real_path", "real_path", text),
+        Key("device", "device", integer),
+        Key("total_bytes", "total_bytes", number),
+        Key("free_bytes", "free_bytes", number),
+        Key("total_inodes", "total_inodes", number),
+        Key("free_inodes", "free_inodes", number),
+        Key("error", "error", text, origin="failure"),
+    )
+
+    @property
+    def where(self) -> str:
+        """The resolved path when the box gave one, else the path as asked."""
+        return self.real_path or self.path or ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess(View):
+    """A process on one GPU, from NVML or nvidia-smi."""
+
+    pid: int | None
+    type: str | None
+    name: str | None
+    used_mib: float | None
+    comm: str | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("pid", "pid", integer),
+        Key("type", "type", text),
+        Key("name", "name", text),
+        Key("used_mib", "used_mib", number),
+        Key("comm", "comm", text),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu(View):
+    """One GPU (remote/gpu.py _EMPTY_GPU: the same keys from NVML and nvidia-smi)."""
+
+    index: int | None
+    name: str | None
+    clock_sm_mhz: float | None
+    clock_sm_max_mhz: float | None
+    clock_mem_mhz: float | None
+    clock_mem_max_mhz: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    temp_c: float | None
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    clock_event_reasons: tuple[str, ...]  # every active reason, idle included
+    processes: tuple[GpuProcess, ...]
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("index", "index", integer),
+        Key("name", "name", text),
+        Key("clock_sm_mhz", "clock_sm_mhz", number, old=("sm_clock_mhz",)),
+        Key("clock_sm_max_mhz", "clock_sm_max_mhz", number, old=("sm_clock_max_mhz",)),
+        Key("clock_mem_mhz", "clock_mem_mhz", number, old=("mem_clock_mhz",)),
+        Key("clock_mem_max_mhz", "clock_mem_max_mhz", number, old=("mem_clock_max_mhz",)),
+        Key("power_w", "power_w", number),
+        Key("power_limit_w", "power_limit_w", number),
+        Key("temp_c", "temp_c", number),
+        Key("util_gpu_pct", "util_gpu_pct", number, old=("util_gpu",)),
+        Key("util_mem_pct", "util_mem_pct", number, old=("util_mem",)),
+        Key("mem_used_mib", "mem_used_mib", number),
+        Key("mem_total_mib", "mem_total_mib", number),
+        # The scenario files of tests/data spelled it clock_reasons; throttle_reasons is the
+        # pre-535 name. Reading only those two blanked the throttle column on real data.
+        Key("clock_event_reasons", "clock_event_reasons", reason_names,
+            old=("clock_reasons", "throttle_reasons")),
+        nested("processes", "processes", GpuProcess, "many"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEvent(View):
+    """An Xid, gpu_lost or OOM-kill line (remote/kernel.py); which keys depends on ``kind``."""
+
+    kind: str | None
+    code: int | None  # Xid code
+    pci: str | None
+    pid: int | None
+    process: str | None
+    memcg: bool  # OOM: inside a memory cgroup
+    line: str | None
+    ts: float | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("kind", "kind", text, origin="kernel"),
+        Key("code", "code", integer, origin="kernel"),
+        Key("pci", "pci", text, origin="kernel"),
+        Key("pid", "pid", integer, origin="kernel"),
+        Key("process", "process", text, origin="kernel"),
+        Key("memcg", "memcg", flag, origin="kernel"),
+        Key("line", "line", text, origin="kernel"),
+        Key("ts", "ts", number, origin="kernel"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel(View):
+    """The kernel log section: events after the cursor and whether the log could be read."""
+
+    log: str | None  # ok | partial | denied | error | unavailable
+    detail: str | None
+    events: tuple[KernelEvent, ...]
+    cursor: Any  # handed back to the box verbatim on the next poll
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("log", "log", text),
+        Key("detail", "detail", text),
+        nested("events", "events", KernelEvent, "many"),
+        Key("cursor", "cursor", opaque),
+    )
+
+    @property
+    def readable(self) -> bool:
+        return self.log in ("ok", "partial")
+
+
+@dataclass(frozen=True, slots=True)
+class VramHolder(View):
+    """A process holding /dev/nvidia* that the GPU process list does not show (U11)."""
+
+    pid: int | None
+    comm: str | None
+    state: str | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("pid", "pid", integer, origin="vram"),
+        Key("comm", "comm", text, origin="vram"),
+        Key("state", "state", text, origin="vram"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SectionError(View):
+    """A collector that raised: the rest of the document is still there (remote/probe.py)."""
+
+    section: str | None
+    error: str | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("section", "section", text, origin="failure"),
+        Key("error", "error", text, origin="failure"),
+    )
+
+
+# ----------------------------------------------------------------------------- the queue
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmRun(View):
+    """One run of a Slurm batch script (one per requeue), as the script recorded it."""
+
+    restart: int | None
+    exit_code: int | None
+    requeue: bool
+    warned: bool
+    end: float | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("restart", "restart", integer, origin="slurm"),
+        Key("exit_code", "exit_code", integer, origin="slurm"),
+        Key("requeue", "requeue", flag, origin="slurm"),
+        Key("warned", "warned", flag, origin="slurm"),
+        Key("end", "end", number, origin="slurm"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(View):
+    """One launch of a job (remote/queue_events.py fold; queue_slurm.py for Slurm)."""
+
+    attempt: int | None
+    boot_id: str | None
+    pid: int | None
+    start: float | None
+    end: float | None
+    exit_code: int | None
+    signal: str | None  # the signal's name, "SIGKILL" (remote/queue_runner.py)
+    duration: float | None
+    end_reason: str | None
+    gpus: tuple[int, ...] | None  # the GPU indices it was pinned to
+    submitted: float | None  # Slurm: when sbatch accepted it
+    runs: tuple[SlurmRun, ...]
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("attempt", "attempt", integer),
+        Key("boot_id", "boot_id", text),
+        Key("pid", "pid", integer),
+        Key("start", "start", number),
+        Key("end", "end", number),
+        Key("exit_code", "exit_code", integer),
+        Key("signal", "signal", text),
+        Key("duration", "duration", number),
+        Key("end_reason", "end_reason", text),
+        Key("gpus", "gpus", integers),
+        Key("submitted", "submitted", number, origin="slurm"),
+        nested("runs", "runs", SlurmRun, "many", origin="slurm"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint(View):
+    """The newest file under a running job's checkpoint dir (liveness by artifact, U43)."""
+
+    path: str | None
+    size: float | None
+    mtime: float | None
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("path", "path", text),
+        Key("size", "size", number),
+        Key("mtime", "mtime", number),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk(View):
+    """Log bytes since the jump host's cursor (remote/queue.py read_log_chunk)."""
+
+    offset: int | None
+    next_offset: int | None
+    inode: int | None
+    size: int | None
+    data_b64: str | None
+    reset: bool  # the file was truncated or replaced since the cursor
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("offset", "offset", integer),
+        Key("next_offset", "next_offset", integer),
+        Key("inode", "inode", integer),
+        Key("size", "size", integer),
+        Key("data_b64", "data_b64", text),
+        Key("reset", "reset", flag),
+    )
+
+    @property
+    def data(self) -> bytes | None:
+        """The bytes, or None when the box sent something that is not base64."""
+        try:
+            return base64.b64decode(self.data_b64 or "", validate=True)
+        except (binascii.Error, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sync(View):
+    """A finished job's copy of its outputs to the durable dir (U33)."""
+
+    state: str | None  # pending | synced | failed
+    KEYS: ClassVar[tuple[Key, ...]] = (Key("state", "state", text),)
+
+
+@dataclass(frozen=True, slots=True)
+class Job(View):
+    """One job record of the queue (the probe's and ``queue ls --json``'s share this shape)."""
+
+    id: str
+    name: str | None
+    state: str  # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
+    reason: str | None
+    command: str
+    env: Mapping[str, str]
+    gpus: int | None
+    vram_mib: float | None
+    attempts: tuple[Attempt, ...]
+    ckpt_dir: str | None
+    checkpoint: Checkpoint | None
+    log_chunk: LogChunk | None
+    sync: Sync | None
+    exit_code: int | None  # Slurm jobs carry the final code on the job too
+    backend: str | None
+    slurm_id: str | None
+    slurm_state: str | None
+    node: str | None
+    elapsed_s: float | None
+    time_limit_s: float | None
+    time_left_s: float | None
+    end_time: float | None
+    restarts: int | None
+    signal_lead_s: float | None
+    queue: str = "default"  # the queue the job is in: the key of its view, not a field
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("id", "id", lambda v: text(v) or "", old=("job_id",)),
+        Key("name", "name", text),
+        Key("state", "state", lambda v: text(v) or "", old=("status",)),
+        Key("reason", "reason", text),
+        Key("command", "argv", command_line, old=("command", "cmd")),
+        Key("env", "env", string_map),
+        Key("gpus", "gpus", integer),
+        Key("vram_mib", "vram_mib", number),
+        nested("attempts", "attempts", Attempt, "many"),
+        Key("ckpt_dir", "ckpt_dir", text),
+        nested("checkpoint", "checkpoint", Checkpoint, "maybe"),
+        # An older view of the job named its log bytes "log" (today the log's path).
+        nested("log_chunk", "log_chunk", LogChunk, "maybe", old=("log",)),
+        nested("sync", "sync", Sync, "maybe"),
+        Key("exit_code", "exit_code", integer, old=("returncode",), origin="slurm"),
+        Key("backend", "backend", text, origin="slurm"),
+        Key("slurm_id", "slurm_id", text, origin="slurm"),
+        Key("slurm_state", "slurm_state", text, origin="slurm"),
+        Key("node", "node", text, origin="slurm"),
+        Key("elapsed_s", "elapsed_s", number, origin="slurm"),
+        Key("time_limit_s", "time_limit_s", number, origin="slurm"),
+        Key("time_left_s", "time_left_s", number, origin="slurm"),
+        Key("end_time", "end_time", number, origin="slurm"),
+        Key("restarts", "restarts", integer, origin="slurm"),
+        Key("signal_lead_s", "signal_lead_s", number, origin="slurm"),
+    )
+
+    @property
+    def key(self) -> str:
+        """"queue/id": unique across the box's queues (the log cursors are keyed by it)."""
+        return f"{self.queue}/{self.id}"
+
+    @property
+    def last_attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def attempt(self, n: int | None) -> Attempt | None:
+        """The attempt numbered ``n``."""
+        return next((a for a in self.attempts if a.attempt == n), None)
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.backend == "slurm" or bool(self.slurm_id)
+
+    @property
+    def runs(self) -> tuple[SlurmRun, ...]:
+        """The batch script's runs of the current attempt (one per requeue)."""
+        last = self.last_attempt
+        return last.runs if last is not None else ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView(View):
+    """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
+
+    name: str
+    backend: str | None
+    jobs: tuple[Job, ...]
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("name", "queue", lambda v: text(v) or "default"),
+        Key("backend", "backend", text),
+        nested("jobs", "jobs", Job, "many"),
+    )
+
+    def __post_init__(self) -> None:
+        # Every construction (read, or renamed by its key in queue.queues) names its jobs.
+        object.__setattr__(self, "jobs", _named_jobs(self.jobs, self.name))
+
+
+def _named_jobs(jobs: tuple[Job, ...], queue: str) -> tuple[Job, ...]:
+    # A job without an id cannot be shown, acted on or followed: it is not read at all.
+    return tuple(j if j.queue == queue else dataclasses.replace(j, queue=queue)
+                 for j in jobs if j.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue(View):
+    """Every queue on the box (remote/queue.py collect)."""
+
+    queues: tuple[QueueView, ...]
+    KEYS: ClassVar[tuple[Key, ...]] = (nested("queues", "queues", QueueView, "named"),)
+
+
+def read_queue_view(raw: Any) -> QueueView:
+    """``gpuroom-remote queue ls --json``: one queue's view, jobs in the probe's shape."""
+    return QueueView.read(raw)
+
+
+# ----------------------------------------------------------------------------- the snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot(View):
+    """One probe of one box, read."""
+
+    schema: int | None
+    helper: Helper
+    host: Host
+    cgroup: Cgroup
+    disks: tuple[Disk, ...]
+    gpus: tuple[Gpu, ...]
+    gpu_error: str | None  # why there are no GPUs (NVML, then nvidia-smi)
+    kernel: Kernel
+    vram_holders: tuple[VramHolder, ...]
+    queue: Queue | None  # None: the snapshot has no queue section
+    errors: tuple[SectionError, ...]
+    sections: frozenset[str] = frozenset()  # the top-level keys present
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("schema", "schema", integer),
+        nested("helper", "helper", Helper),
+        nested("host", "host", Host),
+        nested("cgroup", "cgroup", Cgroup),
+        nested("disks", "disks", Disk, "many"),
+        nested("gpus", "gpus", Gpu, "many"),
+        Key("gpu_error", "gpu_error", text),
+        nested("kernel", "kernel", Kernel),
+        nested("vram_holders", "vram_holders", VramHolder, "many"),
+        nested("queue", "queue", Queue, "maybe"),
+        nested("errors", "errors", SectionError, "many"),
+    )
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """Every job of every queue, in the box's order."""
+        if self.queue is None:
+            return ()
+        return tuple(j for q in self.queue.queues for j in q.jobs)
+
+    def iter_jobs(self) -> Iterator[tuple[str, Job]]:
+        """Every job as ("queue/id", job)."""
+        for job in self.jobs:
+            yield job.key, job
+
+    def job(self, job_id: str) -> Job | None:
+        """The first job with this id, whatever its queue."""
+        return next((j for j in self.jobs if j.id == job_id), None)
+
+    def gpu(self, index: int | None) -> Gpu | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def section_error(self, section: str) -> str | None:
+        """What the collector of ``section`` raised, if it did."""
+        return next((e.error for e in self.errors if e.section == section), None)
+
+
+def _current_shapes(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The document with the shapes older helpers and hand-made recordings used rewritten
+    into today's (the table above maps renamed keys; these are re-nested sections)."""
+    doc = dict(raw)
+    gpus = doc.get("gpus")
+    if isinstance(gpus, Mapping):  # {"devices": [...], "reason": "..."}
+        devices = gpus.get("devices")
+        doc["gpus"] = devices if devices is not None else gpus.get("gpus")
+        if doc.get("gpu_error") is None:
+            doc["gpu_error"] = gpus.get("reason") if gpus.get("reason") is not None \
+                else gpus.get("error")
+    queue = doc.get("queue")
+    if isinstance(queue, list):  # a bare job list
+        doc["queue"] = {"queues": {"default": {"jobs": queue}}}
+    elif isinstance(queue, Mapping) and "queues" not in queue and "jobs" in queue:
+        doc["queue"] = {"queues": {"default": queue}}
+    return doc
+
+
+def read_snapshot(raw: Any) -> Snapshot:
+    """The snapshot view of one raw document; never raises on what the box sent."""
+    doc = _current_shapes(raw) if isinstance(raw, Mapping) else {}
+    snap = Snapshot.read(doc)
+    return dataclasses.replace(snap, sections=frozenset(k for k in doc if isinstance(k, str)))
+
+
+def read_optional(raw: Any) -> Snapshot | None:
+    """``read_snapshot``, with no document (a host that never answered) staying None."""
+    return None if raw is None else read_snapshot(raw)
+
+
+def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> Snapshot:
+    """``snap`` with its queue section replaced by one queue holding ``jobs``."""
+    view = QueueView(name=queue, backend=None, jobs=jobs)
+    return dataclasses.replace(snap, queue=Queue(queues=(view,)),
+                               sections=snap.sections | {"queue"})
+
+
+__all__ = [
+    "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper", "Host", "Job",
+    "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
+    "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
+    "number",
+    "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "text", "with_jobs",
+]
