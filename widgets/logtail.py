@@ -10,8 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widgets import Log
 
-from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log
-from gpuroom.tui.sanitize import LineSplitter
+from gpuroom.tui.present.log import LineSplitter, LogChunk, LogCursor, advance_log
 
 MAX_LINES = 10_000  # ring of lines kept; older ones drop off the top
 

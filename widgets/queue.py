@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from gpuroom.tui.present.format import fmt_age
-from gpuroom.tui.present.view import STATE_STYLE, JobRow
+from gpuroom.tui.present.jobs import STATE_STYLE, JobRow
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"

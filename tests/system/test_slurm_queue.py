@@ -28,8 +28,8 @@ from paths import ROOT
 from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.jobs import job_rows
 from gpuroom.tui.present.log import log_chunk
-from gpuroom.tui.present.view import job_rows
 
 pytestmark = pytest.mark.sshd
 

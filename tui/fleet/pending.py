@@ -9,7 +9,7 @@ reached the box can never confirm it.
 from __future__ import annotations
 
 from gpuroom.tui.model import HostState, PendingAction
-from gpuroom.tui.present.view import still_pending
+from gpuroom.tui.present.jobs import still_pending
 
 
 class PendingLedger:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from gpuroom.remote.queue_events import FAILED_STATES
 from gpuroom.tui.model import HostState
+from gpuroom.tui.present.jobs import job_rows
 from gpuroom.tui.present.levels import Level
-from gpuroom.tui.present.view import job_rows
 
 
 @dataclass(frozen=True)

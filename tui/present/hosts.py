@@ -15,8 +15,8 @@ from gpuroom.tui.present.disks import (
 )
 from gpuroom.tui.present.format import fmt_age, fmt_hours, fmt_money, fmt_pct
 from gpuroom.tui.present.gpus import gpu_rows, gpu_summary
+from gpuroom.tui.present.jobs import running_job
 from gpuroom.tui.present.levels import Level, level_of
-from gpuroom.tui.present.view import running_job
 
 
 def link_text(host: HostState, now: float) -> str:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuroom.tui.sanitize import LineSplitter
 from gpuroom.tui.snapshot import Snapshot
+
+# The pane cuts bytes into inert display lines with the sanitizer's splitter; it is named
+# here so widgets need nothing but tui/present/.
+__all__ = ["LineSplitter", "LogChunk", "LogCursor", "advance_log", "log_chunk"]
 
 
 @dataclass(frozen=True)

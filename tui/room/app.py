@@ -35,11 +35,11 @@ from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
 from gpuroom.tui.present.hosts import billed_cell, host_row
-from gpuroom.tui.present.log import log_chunk
-from gpuroom.tui.present.view import (
+from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
 )
+from gpuroom.tui.present.log import log_chunk
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen

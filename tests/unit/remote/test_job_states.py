@@ -19,7 +19,7 @@ from gpuroom.remote.queue_events import (
     LIVE_STATES,
     STATES,
 )
-from gpuroom.tui.present.view import STATE_STYLE
+from gpuroom.tui.present.jobs import STATE_STYLE
 
 WRITERS = [ROOT / "remote" / name for name in ("queue_events.py", "queue_slurm.py")]
 

@@ -192,7 +192,7 @@ def test_rules_and_present_load_no_transport() -> None:
     code = (
         "import sys\n"
         "import gpuroom.tui.snapshot, gpuroom.tui.rules.doctor, gpuroom.tui.rules.clock\n"
-        "import gpuroom.tui.rules.gate, gpuroom.tui.rules.watch, gpuroom.tui.present.view\n"
+        "import gpuroom.tui.rules.gate, gpuroom.tui.rules.watch, gpuroom.tui.present.jobs\n"
         "bad = sorted(m for m in sys.modules if m == 'asyncssh' or\n"
         "             m.startswith(('gpuroom.tui.fleet', 'gpuroom.tui.transport')))\n"
         "print(','.join(bad))\n"

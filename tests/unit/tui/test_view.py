@@ -1,4 +1,4 @@
-"""tui/present/view.py: snapshot dicts -> display rows, tolerant of missing and odd fields."""
+"""tui/present/jobs.py: snapshot dicts -> display rows, tolerant of missing and odd fields."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_age
 from gpuroom.tui.present.gpus import gpu_absence, gpu_rows, gpu_summary
 from gpuroom.tui.present.hosts import host_row, link_text
-from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log, log_chunk
-from gpuroom.tui.present.view import (
+from gpuroom.tui.present.jobs import (
     job_rows,
     still_pending,
 )
+from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log, log_chunk
 from gpuroom.tui.snapshot import read_optional as view
 
 PROBE: dict[str, Any] = json.loads((DATA / "probe-vm.json").read_text())
