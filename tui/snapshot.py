@@ -6,9 +6,10 @@ through here, so a field's name, its older spellings and its type are written on
 fleet keeps the raw dict (recordings and ``gpuroom probe`` print it as the box sent it);
 ``HostState.view`` parses it once per snapshot.
 
-Reading is declarative: each view lists its fields in ``KEYS`` (attribute, current key, the
-older spellings still accepted, how the value is read), so tests/system/test_snapshot_schema.py
-can enumerate every key this module reads and check it against what the real helper writes.
+Reading is declarative: each view's fields say where they come from (``key()``: the current
+key, the older spellings still accepted, how the value is read; ``nested()`` for a view), so
+tests/system/test_snapshot_schema.py can enumerate every key this module reads and check it
+against what the real helper writes.
 
 Nothing here raises on the box's data: a missing section, a wrong type or a torn value reads
 as None (or an empty tuple). Text stays as the box wrote it: it is untrusted, and what reaches
@@ -24,7 +25,7 @@ import math
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 RawSnapshot = dict[str, Any]
 
@@ -161,26 +162,55 @@ class Key:
         return None
 
 
-def nested(attr: str, key: str, view: type[View], shape: Shape = "one", *,
-           old: tuple[str, ...] = (), origin: Origin = "probe") -> Key:
-    return Key(attr, key, old=old, view=view, shape=shape, origin=origin)
+_SPEC = "gpuroom_key"  # the dataclass field metadata that holds an attribute's Key
+
+
+def key(read: Callable[[Any], Any] = opaque, *, old: tuple[str, ...] = (),
+        current: str | None = None, origin: Origin = "probe") -> Any:
+    """Declare a view's attribute: read from the helper's key ``current`` (default: the
+    attribute's own name) or an ``old`` spelling, through ``read``."""
+    return dataclasses.field(metadata={_SPEC: Key("", current or "", read, old, None, "leaf",
+                                                  origin)})
+
+
+def nested(view: type[View], shape: Shape = "one", *, old: tuple[str, ...] = (),
+           current: str | None = None, origin: Origin = "probe") -> Any:
+    """Declare an attribute that is a view (``one``/``maybe``), a tuple of them (``many``) or
+    an object of name -> view (``named``)."""
+    return dataclasses.field(metadata={_SPEC: Key("", current or "", opaque, old, view, shape,
+                                                  origin)})
 
 
 V = TypeVar("V", bound="View")
 
 
 class View:
-    """Base of every view: ``read`` fills the dataclass fields from ``KEYS``."""
+    """Base of every view: ``read`` fills the dataclass fields from their ``key()``s."""
 
     __slots__ = ()
-    KEYS: ClassVar[tuple[Key, ...]] = ()
+
+    @classmethod
+    def keys(cls) -> tuple[Key, ...]:
+        """Every attribute's Key, in field order (built once per class)."""
+        cached = _KEYS.get(cls)
+        if cached is None:
+            cached = tuple(
+                dataclasses.replace(f.metadata[_SPEC], attr=f.name,
+                                    key=f.metadata[_SPEC].key or f.name)
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                if _SPEC in f.metadata)
+            _KEYS[cls] = cached
+        return cached
 
     @classmethod
     def read(cls: type[V], raw: Any) -> V:
         """The view of ``raw``; a non-object reads as a view whose fields are all empty."""
         src: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        values = {k.attr: _convert(k, k.pick(src)) for k in cls.KEYS}
+        values = {k.attr: _convert(k, k.pick(src)) for k in cls.keys()}
         return cls(**values)
+
+
+_KEYS: dict[type[View], tuple[Key, ...]] = {}
 
 
 def _convert(k: Key, value: Any) -> Any:
@@ -204,7 +234,7 @@ def _convert(k: Key, value: Any) -> Any:
 
 def schema_keys(view: type[View], prefix: str = "") -> Iterator[tuple[str, Key]]:
     """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key)."""
-    for k in view.KEYS:
+    for k in view.keys():
         path = f"{prefix}{k.key}"
         yield path, k
         if k.view is not None:
@@ -217,7 +247,7 @@ def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[st
     (named as schema_keys names them). A key whose parent never occurs is not seen."""
     found = [o for o in objs if isinstance(o, Mapping)]
     out: set[str] = set()
-    for k in view.KEYS:
+    for k in view.keys():
         values = [o[k.key] for o in found if k.key in o]
         path = f"{prefix}{k.key}"
         if values:
@@ -244,72 +274,44 @@ def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[st
 class Helper(View):
     """Which helper answered (the teardown gate compares its hash with the deployed one)."""
 
-    version: str | None
-    sha256: str | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("version", "version", text),
-        Key("sha256", "sha256", text),
-    )
+    version: str | None = key(text)
+    sha256: str | None = key(text)
 
 
 @dataclass(frozen=True, slots=True)
 class Host(View):
     """remote/hostinfo.py host_facts: identity and the box's clock."""
 
-    hostname: str | None
-    boot_id: str | None
-    uptime_s: float | None
-    time: float | None  # the box's time.time() when probed
-    cpu_count: float | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("hostname", "hostname", text),
-        Key("boot_id", "boot_id", text),
-        Key("uptime_s", "uptime_s", number),
-        Key("time", "time", number),
-        Key("cpu_count", "cpu_count", number),
-    )
+    hostname: str | None = key(text)
+    boot_id: str | None = key(text)
+    uptime_s: float | None = key(number)
+    time: float | None = key(number)  # the box's time.time() when probed
+    cpu_count: float | None = key(number)
 
 
 @dataclass(frozen=True, slots=True)
 class Cgroup(View):
     """remote/hostinfo.py cgroup_facts (v2 or v1)."""
 
-    version: int | None
-    memory_current: float | None
-    memory_max: float | None
-    oom_kill: float | None
-    cpu_quota_vcpus: float | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("version", "version", integer),
-        Key("memory_current", "memory_current", number),
-        Key("memory_max", "memory_max", number),
-        Key("oom_kill", "oom_kill", number),
-        Key("cpu_quota_vcpus", "cpu_quota_vcpus", number),
-    )
+    version: int | None = key(integer)
+    memory_current: float | None = key(number)
+    memory_max: float | None = key(number)
+    oom_kill: float | None = key(number)
+    cpu_quota_vcpus: float | None = key(number)
 
 
 @dataclass(frozen=True, slots=True)
 class Disk(View):
     """statvfs of one watched path (remote/hostinfo.py disk_facts), or why it failed."""
 
-    path: str | None
-    real_path: str | None
-    device: int | None
-    total_bytes: float | None
-    free_bytes: float | None
-    total_inodes: float | None
-    free_inodes: float | None
-    error: str | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("path", "path", text),
-        Key("real_path", "real_path", text),
-        Key("device", "device", integer),
-        Key("total_bytes", "total_bytes", number),
-        Key("free_bytes", "free_bytes", number),
-        Key("total_inodes", "total_inodes", number),
-        Key("free_inodes", "free_inodes", number),
-        Key("error", "error", text, origin="failure"),
-    )
+    path: str | None = key(text)
+    real_path: str | None = key(text)
+    device: int | None = key(integer)
+    total_bytes: float | None = key(number)
+    free_bytes: float | None = key(number)
+    total_inodes: float | None = key(number)
+    free_inodes: float | None = key(number)
+    error: str | None = key(text, origin="failure")
 
     @property
     def where(self) -> str:
@@ -321,99 +323,58 @@ class Disk(View):
 class GpuProcess(View):
     """A process on one GPU, from NVML or nvidia-smi."""
 
-    pid: int | None
-    type: str | None
-    name: str | None
-    used_mib: float | None
-    comm: str | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("pid", "pid", integer),
-        Key("type", "type", text),
-        Key("name", "name", text),
-        Key("used_mib", "used_mib", number),
-        Key("comm", "comm", text),
-    )
+    pid: int | None = key(integer)
+    type: str | None = key(text)
+    name: str | None = key(text)
+    used_mib: float | None = key(number)
+    comm: str | None = key(text)
 
 
 @dataclass(frozen=True, slots=True)
 class Gpu(View):
     """One GPU (remote/gpu.py _EMPTY_GPU: the same keys from NVML and nvidia-smi)."""
 
-    index: int | None
-    name: str | None
-    clock_sm_mhz: float | None
-    clock_sm_max_mhz: float | None
-    clock_mem_mhz: float | None
-    clock_mem_max_mhz: float | None
-    power_w: float | None
-    power_limit_w: float | None
-    temp_c: float | None
-    util_gpu_pct: float | None
-    util_mem_pct: float | None
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    clock_event_reasons: tuple[str, ...]  # every active reason, idle included
-    processes: tuple[GpuProcess, ...]
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("index", "index", integer),
-        Key("name", "name", text),
-        Key("clock_sm_mhz", "clock_sm_mhz", number, old=("sm_clock_mhz",)),
-        Key("clock_sm_max_mhz", "clock_sm_max_mhz", number, old=("sm_clock_max_mhz",)),
-        Key("clock_mem_mhz", "clock_mem_mhz", number, old=("mem_clock_mhz",)),
-        Key("clock_mem_max_mhz", "clock_mem_max_mhz", number, old=("mem_clock_max_mhz",)),
-        Key("power_w", "power_w", number),
-        Key("power_limit_w", "power_limit_w", number),
-        Key("temp_c", "temp_c", number),
-        Key("util_gpu_pct", "util_gpu_pct", number, old=("util_gpu",)),
-        Key("util_mem_pct", "util_mem_pct", number, old=("util_mem",)),
-        Key("mem_used_mib", "mem_used_mib", number),
-        Key("mem_total_mib", "mem_total_mib", number),
-        # The scenario files of tests/data spelled it clock_reasons; throttle_reasons is the
-        # pre-535 name. Reading only those two blanked the throttle column on real data.
-        Key("clock_event_reasons", "clock_event_reasons", reason_names,
-            old=("clock_reasons", "throttle_reasons")),
-        nested("processes", "processes", GpuProcess, "many"),
-    )
+    index: int | None = key(integer)
+    name: str | None = key(text)
+    clock_sm_mhz: float | None = key(number, old=("sm_clock_mhz",))
+    clock_sm_max_mhz: float | None = key(number, old=("sm_clock_max_mhz",))
+    clock_mem_mhz: float | None = key(number, old=("mem_clock_mhz",))
+    clock_mem_max_mhz: float | None = key(number, old=("mem_clock_max_mhz",))
+    power_w: float | None = key(number)
+    power_limit_w: float | None = key(number)
+    temp_c: float | None = key(number)
+    util_gpu_pct: float | None = key(number, old=("util_gpu",))
+    util_mem_pct: float | None = key(number, old=("util_mem",))
+    mem_used_mib: float | None = key(number)
+    mem_total_mib: float | None = key(number)
+    # every active reason, idle included
+    clock_event_reasons: tuple[str, ...] = key(reason_names,
+                                               old=("clock_reasons", "throttle_reasons"))
+    processes: tuple[GpuProcess, ...] = nested(GpuProcess, "many")
 
 
 @dataclass(frozen=True, slots=True)
 class KernelEvent(View):
     """An Xid, gpu_lost or OOM-kill line (remote/kernel.py); which keys depends on ``kind``."""
 
-    kind: str | None
-    code: int | None  # Xid code
-    pci: str | None
-    pid: int | None
-    process: str | None
-    memcg: bool  # OOM: inside a memory cgroup
-    line: str | None
-    ts: float | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("kind", "kind", text, origin="kernel"),
-        Key("code", "code", integer, origin="kernel"),
-        Key("pci", "pci", text, origin="kernel"),
-        Key("pid", "pid", integer, origin="kernel"),
-        Key("process", "process", text, origin="kernel"),
-        Key("memcg", "memcg", flag, origin="kernel"),
-        Key("line", "line", text, origin="kernel"),
-        Key("ts", "ts", number, origin="kernel"),
-    )
+    kind: str | None = key(text, origin="kernel")
+    code: int | None = key(integer, origin="kernel")  # Xid code
+    pci: str | None = key(text, origin="kernel")
+    pid: int | None = key(integer, origin="kernel")
+    process: str | None = key(text, origin="kernel")
+    memcg: bool = key(flag, origin="kernel")  # OOM: inside a memory cgroup
+    line: str | None = key(text, origin="kernel")
+    ts: float | None = key(number, origin="kernel")
 
 
 @dataclass(frozen=True, slots=True)
 class Kernel(View):
     """The kernel log section: events after the cursor and whether the log could be read."""
 
-    log: str | None  # ok | partial | denied | error | unavailable
-    detail: str | None
-    events: tuple[KernelEvent, ...]
-    cursor: Any  # handed back to the box verbatim on the next poll
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("log", "log", text),
-        Key("detail", "detail", text),
-        nested("events", "events", KernelEvent, "many"),
-        Key("cursor", "cursor", opaque),
-    )
+    log: str | None = key(text)  # ok | partial | denied | error | unavailable
+    detail: str | None = key(text)
+    events: tuple[KernelEvent, ...] = nested(KernelEvent, "many")
+    cursor: Any = key(opaque)  # handed back to the box verbatim on the next poll
 
     @property
     def readable(self) -> bool:
@@ -424,26 +385,17 @@ class Kernel(View):
 class VramHolder(View):
     """A process holding /dev/nvidia* that the GPU process list does not show (U11)."""
 
-    pid: int | None
-    comm: str | None
-    state: str | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("pid", "pid", integer, origin="vram"),
-        Key("comm", "comm", text, origin="vram"),
-        Key("state", "state", text, origin="vram"),
-    )
+    pid: int | None = key(integer, origin="vram")
+    comm: str | None = key(text, origin="vram")
+    state: str | None = key(text, origin="vram")
 
 
 @dataclass(frozen=True, slots=True)
 class SectionError(View):
     """A collector that raised: the rest of the document is still there (remote/probe.py)."""
 
-    section: str | None
-    error: str | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("section", "section", text, origin="failure"),
-        Key("error", "error", text, origin="failure"),
-    )
+    section: str | None = key(text, origin="failure")
+    error: str | None = key(text, origin="failure")
 
 
 # ----------------------------------------------------------------------------- the queue
@@ -453,84 +405,50 @@ class SectionError(View):
 class SlurmRun(View):
     """One run of a Slurm batch script (one per requeue), as the script recorded it."""
 
-    restart: int | None
-    exit_code: int | None
-    requeue: bool
-    warned: bool
-    end: float | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("restart", "restart", integer, origin="slurm"),
-        Key("exit_code", "exit_code", integer, origin="slurm"),
-        Key("requeue", "requeue", flag, origin="slurm"),
-        Key("warned", "warned", flag, origin="slurm"),
-        Key("end", "end", number, origin="slurm"),
-    )
+    restart: int | None = key(integer, origin="slurm")
+    exit_code: int | None = key(integer, origin="slurm")
+    requeue: bool = key(flag, origin="slurm")
+    warned: bool = key(flag, origin="slurm")
+    end: float | None = key(number, origin="slurm")
 
 
 @dataclass(frozen=True, slots=True)
 class Attempt(View):
     """One launch of a job (remote/queue_events.py fold; queue_slurm.py for Slurm)."""
 
-    attempt: int | None
-    boot_id: str | None
-    pid: int | None
-    start: float | None
-    end: float | None
-    exit_code: int | None
-    signal: str | None  # the signal's name, "SIGKILL" (remote/queue_runner.py)
-    duration: float | None
-    end_reason: str | None
-    gpus: tuple[int, ...] | None  # the GPU indices it was pinned to
-    submitted: float | None  # Slurm: when sbatch accepted it
-    runs: tuple[SlurmRun, ...]
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("attempt", "attempt", integer),
-        Key("boot_id", "boot_id", text),
-        Key("pid", "pid", integer),
-        Key("start", "start", number),
-        Key("end", "end", number),
-        Key("exit_code", "exit_code", integer),
-        Key("signal", "signal", text),
-        Key("duration", "duration", number),
-        Key("end_reason", "end_reason", text),
-        Key("gpus", "gpus", integers),
-        Key("submitted", "submitted", number, origin="slurm"),
-        nested("runs", "runs", SlurmRun, "many", origin="slurm"),
-    )
+    attempt: int | None = key(integer)
+    boot_id: str | None = key(text)
+    pid: int | None = key(integer)
+    start: float | None = key(number)
+    end: float | None = key(number)
+    exit_code: int | None = key(integer)
+    signal: str | None = key(text)  # the signal's name, "SIGKILL" (remote/queue_runner.py)
+    duration: float | None = key(number)
+    end_reason: str | None = key(text)
+    gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
+    submitted: float | None = key(number, origin="slurm")  # Slurm: when sbatch accepted it
+    runs: tuple[SlurmRun, ...] = nested(SlurmRun, "many", origin="slurm")
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint(View):
     """The newest file under a running job's checkpoint dir (liveness by artifact, U43)."""
 
-    path: str | None
-    size: float | None
-    mtime: float | None
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("path", "path", text),
-        Key("size", "size", number),
-        Key("mtime", "mtime", number),
-    )
+    path: str | None = key(text)
+    size: float | None = key(number)
+    mtime: float | None = key(number)
 
 
 @dataclass(frozen=True, slots=True)
 class LogChunk(View):
     """Log bytes since the jump host's cursor (remote/queue.py read_log_chunk)."""
 
-    offset: int | None
-    next_offset: int | None
-    inode: int | None
-    size: int | None
-    data_b64: str | None
-    reset: bool  # the file was truncated or replaced since the cursor
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("offset", "offset", integer),
-        Key("next_offset", "next_offset", integer),
-        Key("inode", "inode", integer),
-        Key("size", "size", integer),
-        Key("data_b64", "data_b64", text),
-        Key("reset", "reset", flag),
-    )
+    offset: int | None = key(integer)
+    next_offset: int | None = key(integer)
+    inode: int | None = key(integer)
+    size: int | None = key(integer)
+    data_b64: str | None = key(text)
+    reset: bool = key(flag)  # the file was truncated or replaced since the cursor
 
     @property
     def data(self) -> bytes | None:
@@ -545,66 +463,40 @@ class LogChunk(View):
 class Sync(View):
     """A finished job's copy of its outputs to the durable dir (U33)."""
 
-    state: str | None  # pending | synced | failed
-    KEYS: ClassVar[tuple[Key, ...]] = (Key("state", "state", text),)
+    state: str | None = key(text)  # pending | synced | failed
 
 
 @dataclass(frozen=True, slots=True)
 class Job(View):
     """One job record of the queue (the probe's and ``queue ls --json``'s share this shape)."""
 
-    id: str
-    name: str | None
-    state: str  # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
-    reason: str | None
-    command: str
-    env: Mapping[str, str]
-    gpus: int | None
-    vram_mib: float | None
-    attempts: tuple[Attempt, ...]
-    ckpt_dir: str | None
-    checkpoint: Checkpoint | None
-    log_chunk: LogChunk | None
-    sync: Sync | None
-    exit_code: int | None  # Slurm jobs carry the final code on the job too
-    backend: str | None
-    slurm_id: str | None
-    slurm_state: str | None
-    node: str | None
-    elapsed_s: float | None
-    time_limit_s: float | None
-    time_left_s: float | None
-    end_time: float | None
-    restarts: int | None
-    signal_lead_s: float | None
+    id: str = key(lambda v: text(v) or "", old=("job_id",))
+    name: str | None = key(text)
+    # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
+    state: str = key(lambda v: text(v) or "", old=("status",))
+    reason: str | None = key(text)
+    command: str = key(command_line, old=("command", "cmd"), current='argv')
+    env: Mapping[str, str] = key(string_map)
+    gpus: int | None = key(integer)
+    vram_mib: float | None = key(number)
+    attempts: tuple[Attempt, ...] = nested(Attempt, "many")
+    ckpt_dir: str | None = key(text)
+    checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
+    log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
+    sync: Sync | None = nested(Sync, "maybe")
+    # Slurm jobs carry the final code on the job too
+    exit_code: int | None = key(integer, old=("returncode",), origin="slurm")
+    backend: str | None = key(text, origin="slurm")
+    slurm_id: str | None = key(text, origin="slurm")
+    slurm_state: str | None = key(text, origin="slurm")
+    node: str | None = key(text, origin="slurm")
+    elapsed_s: float | None = key(number, origin="slurm")
+    time_limit_s: float | None = key(number, origin="slurm")
+    time_left_s: float | None = key(number, origin="slurm")
+    end_time: float | None = key(number, origin="slurm")
+    restarts: int | None = key(integer, origin="slurm")
+    signal_lead_s: float | None = key(number, origin="slurm")
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("id", "id", lambda v: text(v) or "", old=("job_id",)),
-        Key("name", "name", text),
-        Key("state", "state", lambda v: text(v) or "", old=("status",)),
-        Key("reason", "reason", text),
-        Key("command", "argv", command_line, old=("command", "cmd")),
-        Key("env", "env", string_map),
-        Key("gpus", "gpus", integer),
-        Key("vram_mib", "vram_mib", number),
-        nested("attempts", "attempts", Attempt, "many"),
-        Key("ckpt_dir", "ckpt_dir", text),
-        nested("checkpoint", "checkpoint", Checkpoint, "maybe"),
-        # An older view of the job named its log bytes "log" (today the log's path).
-        nested("log_chunk", "log_chunk", LogChunk, "maybe", old=("log",)),
-        nested("sync", "sync", Sync, "maybe"),
-        Key("exit_code", "exit_code", integer, old=("returncode",), origin="slurm"),
-        Key("backend", "backend", text, origin="slurm"),
-        Key("slurm_id", "slurm_id", text, origin="slurm"),
-        Key("slurm_state", "slurm_state", text, origin="slurm"),
-        Key("node", "node", text, origin="slurm"),
-        Key("elapsed_s", "elapsed_s", number, origin="slurm"),
-        Key("time_limit_s", "time_limit_s", number, origin="slurm"),
-        Key("time_left_s", "time_left_s", number, origin="slurm"),
-        Key("end_time", "end_time", number, origin="slurm"),
-        Key("restarts", "restarts", integer, origin="slurm"),
-        Key("signal_lead_s", "signal_lead_s", number, origin="slurm"),
-    )
 
     @property
     def key(self) -> str:
@@ -634,14 +526,9 @@ class Job(View):
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
-    name: str
-    backend: str | None
-    jobs: tuple[Job, ...]
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("name", "queue", lambda v: text(v) or "default"),
-        Key("backend", "backend", text),
-        nested("jobs", "jobs", Job, "many"),
-    )
+    name: str = key(lambda v: text(v) or "default", current='queue')
+    backend: str | None = key(text)
+    jobs: tuple[Job, ...] = nested(Job, "many")
 
     def __post_init__(self) -> None:
         # Every construction (read, or renamed by its key in queue.queues) names its jobs.
@@ -658,8 +545,7 @@ def _named_jobs(jobs: tuple[Job, ...], queue: str) -> tuple[Job, ...]:
 class Queue(View):
     """Every queue on the box (remote/queue.py collect)."""
 
-    queues: tuple[QueueView, ...]
-    KEYS: ClassVar[tuple[Key, ...]] = (nested("queues", "queues", QueueView, "named"),)
+    queues: tuple[QueueView, ...] = nested(QueueView, "named")
 
 
 def read_queue_view(raw: Any) -> QueueView:
@@ -674,31 +560,18 @@ def read_queue_view(raw: Any) -> QueueView:
 class Snapshot(View):
     """One probe of one box, read."""
 
-    schema: int | None
-    helper: Helper
-    host: Host
-    cgroup: Cgroup
-    disks: tuple[Disk, ...]
-    gpus: tuple[Gpu, ...]
-    gpu_error: str | None  # why there are no GPUs (NVML, then nvidia-smi)
-    kernel: Kernel
-    vram_holders: tuple[VramHolder, ...]
-    queue: Queue | None  # None: the snapshot has no queue section
-    errors: tuple[SectionError, ...]
+    schema: int | None = key(integer)
+    helper: Helper = nested(Helper)
+    host: Host = nested(Host)
+    cgroup: Cgroup = nested(Cgroup)
+    disks: tuple[Disk, ...] = nested(Disk, "many")
+    gpus: tuple[Gpu, ...] = nested(Gpu, "many")
+    gpu_error: str | None = key(text)  # why there are no GPUs (NVML, then nvidia-smi)
+    kernel: Kernel = nested(Kernel)
+    vram_holders: tuple[VramHolder, ...] = nested(VramHolder, "many")
+    queue: Queue | None = nested(Queue, "maybe")  # None: the snapshot has no queue section
+    errors: tuple[SectionError, ...] = nested(SectionError, "many")
     sections: frozenset[str] = frozenset()  # the top-level keys present
-    KEYS: ClassVar[tuple[Key, ...]] = (
-        Key("schema", "schema", integer),
-        nested("helper", "helper", Helper),
-        nested("host", "host", Host),
-        nested("cgroup", "cgroup", Cgroup),
-        nested("disks", "disks", Disk, "many"),
-        nested("gpus", "gpus", Gpu, "many"),
-        Key("gpu_error", "gpu_error", text),
-        nested("kernel", "kernel", Kernel),
-        nested("vram_holders", "vram_holders", VramHolder, "many"),
-        nested("queue", "queue", Queue, "maybe"),
-        nested("errors", "errors", SectionError, "many"),
-    )
 
     @property
     def jobs(self) -> tuple[Job, ...]:
