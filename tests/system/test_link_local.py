@@ -113,7 +113,10 @@ def test_backoff_is_capped_and_jittered() -> None:
 def test_probe_cli_on_local(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from gpuroom.tui.cli.main import main
 
-    assert main(["--config", str(home / "none.toml"), "probe", "local", "--compact"]) == 0
+    empty = home / "empty.toml"  # no hosts: the local machine (a missing --config is an error)
+    empty.write_text("")
+    empty.chmod(0o600)
+    assert main(["--config", str(empty), "probe", "local", "--compact"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == 1 and doc["errors"] == []
 
