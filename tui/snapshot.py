@@ -623,6 +623,40 @@ def read_snapshot(raw: Any) -> Snapshot:
     return dataclasses.replace(snap, sections=frozenset(k for k in doc if isinstance(k, str)))
 
 
+_SHAPE_NAMES = {"one": ("an object", Mapping), "maybe": ("an object", Mapping),
+                "many": ("a list", list), "named": ("an object", Mapping)}
+
+
+def snapshot_problems(raw: Any, schema: int) -> list[str]:
+    """What makes ``raw`` no answer of a helper that speaks ``schema``: another schema, or
+    a top-level section of the wrong type (each named with what it is and what it should be).
+    Empty for a good document. Finer damage inside a section reads as blank fields."""
+    if not isinstance(raw, Mapping):
+        return [f"the answer is {_kind(raw)}, not a probe document"]
+    problems = []
+    if raw.get("schema") != schema:
+        problems.append(f"schema {fmt_value(raw.get('schema'))}, expected {schema}")
+    for k in Snapshot.keys():
+        value = raw.get(k.key)
+        if k.view is None or value is None:
+            continue
+        name, kind = _SHAPE_NAMES[k.shape]
+        if not isinstance(value, kind):
+            problems.append(f"section {k.key!r} is {_kind(value)}, expected {name}")
+    return problems
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def fmt_value(value: Any) -> str:
+    """A short, printable rendering of a value the box sent (for error messages)."""
+    text_ = repr(value)
+    return text_ if len(text_) <= 40 else text_[:39] + "…"
+
+
 def read_optional(raw: Any) -> Snapshot | None:
     """``read_snapshot``, with no document (a host that never answered) staying None."""
     return None if raw is None else read_snapshot(raw)
@@ -640,5 +674,6 @@ __all__ = [
     "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
     "number",
-    "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "text", "with_jobs",
+    "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "snapshot_problems",
+    "text", "with_jobs",
 ]

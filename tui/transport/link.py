@@ -24,9 +24,11 @@ from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
+from gpuroom.remote import SCHEMA
 from gpuroom.tui.config import HostConfig, check_alias
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
+from gpuroom.tui.snapshot import snapshot_problems
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
 CONNECT_TIMEOUT_S = 10.0
@@ -381,6 +383,20 @@ async def _host_key_error(host: str, alias: str, config: Any) -> HostKeyError:
     return HostKeyError(host, msg, fix=fix)
 
 
+def check_document(host: str, snapshot: Any) -> dict[str, Any]:
+    """Refuse an answer that is not this gpuroom's probe document: another schema (the file on
+    the box is not the helper we shipped, or is another version of it) or a section of the
+    wrong type. Taken as UP, it would show an empty box as healthy."""
+    problems = snapshot_problems(snapshot, SCHEMA)
+    if not problems:
+        return dict(snapshot)
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+    raise LinkError(host, f"the helper's answer is not a schema-{SCHEMA} probe document: "
+                          f"{problems[0]}{more}",
+                    fix="something on the box replaced or edited ~/.gpuroom/bin; delete that "
+                        "folder on the box and poll again (r) to upload the helper afresh")
+
+
 class HostLink:
     """A host's link: transport, helper on the box, and bounded polls."""
 
@@ -520,9 +536,7 @@ class HostLink:
             if result.rc != 0:
                 raise LinkError(self.name, f"probe failed ({result.failure()})")
             snapshot = json.loads(result.stdout)
-        if not isinstance(snapshot, dict) or "schema" not in snapshot:
-            raise LinkError(self.name, "the helper's answer is not a probe document")
-        return snapshot
+        return check_document(self.name, snapshot)
 
     async def helper(self, *args: str, stdin: bytes | None = None,
                      timeout_s: float = 60.0, cap: int = OUTPUT_CAP_BYTES) -> ExecResult:

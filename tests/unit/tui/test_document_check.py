@@ -1,0 +1,54 @@
+"""A helper's answer is checked before it is taken as UP: another schema or a wrongly typed
+section is a host error naming what was wrong, never an empty box shown healthy (issue 18)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from paths import DATA
+
+from gpuroom.remote import SCHEMA
+from gpuroom.tui.snapshot import snapshot_problems
+from gpuroom.tui.transport.link import LinkError, check_document
+
+
+def _real() -> dict[str, Any]:
+    """A snapshot the real helper wrote (tests/data is produced by it)."""
+    data = json.loads((DATA / "scenario-healthy.json").read_text())
+    snap: dict[str, Any] = data["hosts"][0]["snapshot"]
+    return snap
+
+
+def test_a_real_snapshot_has_no_problems() -> None:
+    snap = _real()
+    assert snapshot_problems(snap, SCHEMA) == []
+    assert check_document("box", snap) == snap
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"schema": 999}, "schema 999, expected 1"),
+    ({"schema": None}, "schema None, expected 1"),
+    ({"host": "box-1"}, "section 'host' is a string, expected an object"),
+    ({"gpus": {"0": {}}}, "section 'gpus' is an object, expected a list"),
+    ({"disks": 7}, "section 'disks' is a number, expected a list"),
+    ({"queue": ["j1"]}, "section 'queue' is a list, expected an object"),
+])
+def test_wrong_schema_or_section_type_is_a_host_error(change: dict[str, Any], said: str) -> None:
+    snap = {**_real(), **change}
+    assert snapshot_problems(snap, SCHEMA) == [said]
+    with pytest.raises(LinkError) as err:
+        check_document("box", snap)
+    text = str(err.value)
+    assert text.startswith("box: the helper's answer is not a schema-1 probe document: ")
+    assert said in text and "~/.gpuroom/bin" in text
+
+
+def test_every_problem_is_counted_and_a_non_document_is_refused() -> None:
+    snap = {**_real(), "schema": 2, "host": [], "cgroup": "x"}
+    assert len(snapshot_problems(snap, SCHEMA)) == 3
+    with pytest.raises(LinkError, match=r"\(\+2 more\)"):
+        check_document("box", snap)
+    assert snapshot_problems(["not", "a", "dict"], SCHEMA) == [
+        "the answer is a list, not a probe document"]
