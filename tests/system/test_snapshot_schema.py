@@ -7,7 +7,7 @@ synced output and its log bytes, a running job with a checkpoint file), must car
 the reader reads for a box. So a key renamed in the helper fails here instead of blanking a
 pane, as clock_event_reasons did the throttle column. The keys only some situations write
 (Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against real output in
-tests/unit/tui/test_snapshot_schema.py.
+tests/unit/tui/test_snapshot_keys.py.
 """
 
 from __future__ import annotations
