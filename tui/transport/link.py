@@ -267,8 +267,7 @@ class SshTransport:
         return cls(conn, python, user_ciphers=not ciphers)
 
     async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
-        # The remote side is a shell: quote every element once, here and nowhere else.
-        proc = await self._conn.create_process(shlex.join(argv), encoding=None)
+        proc = await self._conn.create_process(remote_command(argv), encoding=None)
         try:
             if stdin is not None:
                 proc.stdin.write(stdin)
@@ -296,7 +295,7 @@ class SshTransport:
                 await sftp.rename(tmp, rel_path)
 
     async def open_serve(self, argv: list[str]) -> ServeChannel:
-        proc = await self._conn.create_process(shlex.join(argv), encoding=None)
+        proc = await self._conn.create_process(remote_command(argv), encoding=None)
         return ServeChannel(proc.stdout, proc.stdin, proc.close)
 
     async def close(self) -> None:
@@ -381,6 +380,26 @@ async def _host_key_error(host: str, alias: str, config: Any) -> HostKeyError:
                f"{key_type} {fingerprint}")
         fix = f"check the fingerprint with your provider, then trust it: {trust}"
     return HostKeyError(host, msg, fix=fix)
+
+
+def remote_command(argv: list[str]) -> str:
+    """``argv`` as the one command line the box's shell runs: every element quoted once, here
+    and nowhere else. SSH carries the command as UTF-8 text, so an argument that is not (a
+    raw byte that Python holds as a lone surrogate, from a non-UTF-8 terminal or file name) is
+    refused with its position, not sent mangled or raised as a UnicodeEncodeError."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(arg[exc.start])
+            # Python's surrogateescape holds an undecodable byte B as U+DC00 + B.
+            what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"{code:#x}"
+            raise GpuroomError(
+                f"argument {i} of the command to the box, {ascii(arg)[:60]}, is not valid "
+                f"UTF-8 ({what} at {exc.start})",
+                "ssh carries commands as text: rename the file or re-type the argument in "
+                "UTF-8, or write it into a script on the box and run that") from None
+    return shlex.join(argv)
 
 
 def check_document(host: str, snapshot: Any) -> dict[str, Any]:

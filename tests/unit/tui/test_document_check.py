@@ -52,3 +52,20 @@ def test_every_problem_is_counted_and_a_non_document_is_refused() -> None:
         check_document("box", snap)
     assert snapshot_problems(["not", "a", "dict"], SCHEMA) == [
         "the answer is a list, not a probe document"]
+
+
+def test_a_non_utf8_argument_is_refused_by_position_not_raised_as_unicode_error() -> None:
+    # Issue 18 item 8: `queue add h -- python $'\xff'.py` gave a raw UnicodeEncodeError.
+    from gpuroom.tui.errors import GpuroomError
+    from gpuroom.tui.transport.link import remote_command
+
+    assert remote_command(["queue", "add", "--", "echo", "a b", "ü"]) == (
+        "queue add -- echo 'a b' 'ü'")
+    bad = "\udcff.py"  # how Python holds the byte 0xff of a non-UTF-8 argv
+    with pytest.raises(GpuroomError) as err:
+        remote_command(["queue", "add", "--", "python", bad])
+    text = str(err.value)
+    assert "argument 4 of the command to the box" in text
+    assert "not valid UTF-8 (byte 0xff at 0)" in text
+    assert "Fix: ssh carries commands as text" in text
+    assert "\udcff" not in text  # the message itself is printable
