@@ -17,6 +17,7 @@ from gpuroom.profiles import Profile
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.banner import Danger, failed_job_dangers, fleet_dangers
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
 from gpuroom.tui.rules.watch import cached_profile
@@ -61,14 +62,20 @@ def exit_code(states: list[HostState], findings: list[Finding]) -> int:
     return EXIT_OK
 
 
-def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
+def _failed(states: list[HostState], findings: list[Finding], now: float) -> list[Danger]:
+    """Failed jobs no finding explains: listed as the room's banner lists them."""
+    return failed_job_dangers(states, now, [(f.host, f.title) for f in findings])
+
+
+def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger]) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console()
-    for line in banner_lines(findings, clocks):
-        console.print(Text(line, style="bold red" if line.startswith("CRITICAL") else "yellow"))
+    for d in fleet_dangers(banner_lines(findings, clocks, limit=None), failed)[:3]:
+        console.print(Text(sanitize_line(d.text),
+                           style="bold red" if d.level == "crit" else "yellow"))
     table = Table(title="gpuroom doctor (ids: docs/GOTCHAS.md)")
     for col in ("sev", "host", "id", "finding", "seen", "fix"):
         table.add_column(col)
@@ -77,7 +84,11 @@ def _print(findings: list[Finding], clocks: list[ClockItem]) -> None:
         # it is not read as markup, sanitized so its escape sequences stay off the terminal.
         table.add_row(f.severity, Text(f.host), f.id,
                       *(Text(sanitize_line(x)) for x in (f.title, f.seen, f.fix)))
-    if not findings:
+    for d in failed:
+        table.add_row("critical", Text(sanitize_line(d.host)), "job", Text(sanitize_line(d.text)),
+                      "-",
+                      "read its log: gpuroom queue logs HOST JOB")
+    if not findings and not failed:
         table.add_row("ok", "-", "-", "nothing wrong seen", "-", "-")
     console.print(table)
     if clocks:
@@ -99,19 +110,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     states = asyncio.run(_poll(config, args.host))
-    findings, clocks = examine(states, time.time())
+    now = time.time()
+    findings, clocks = examine(states, now)
+    failed = _failed(states, findings, now)
     if args.json:
         doc: dict[str, Any] = {
             "hosts": [{"name": s.name, "state": s.state.value, "error": s.error}
                       for s in states],
             "findings": [f.to_dict() for f in findings],
             "clocks": [c.to_dict() for c in clocks],
-            "banner": banner_lines(findings, clocks),
+            "failed_jobs": [{"host": d.host, "text": d.text} for d in failed],
+            "banner": [d.text for d in fleet_dangers(banner_lines(findings, clocks, limit=None),
+                                                      failed)[:3]],
         }
         json.dump(doc, sys.stdout)
         sys.stdout.write("\n")
     else:
-        _print(findings, clocks)
+        _print(findings, clocks, failed)
     return exit_code(states, findings)
 
 

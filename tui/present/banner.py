@@ -1,4 +1,5 @@
-"""The danger banner's items that no finding or clock covers (a failed job)."""
+"""The danger banner's items: the doctor's and the clocks' lines, and the failed jobs no
+finding explains, ranked together so no critical item waits behind a warning."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
             out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
                                               f"{j.state}{code}"))
     return out
+
+
+def fleet_dangers(lines: Iterable[str], failed: Iterable[Danger]) -> tuple[Danger, ...]:
+    """Every urgent item, most urgent first: critical before warn whatever its source (the
+    doctor and clock ``lines`` as banner_lines ranks them, then ``failed`` jobs), the order
+    within a level kept. The banner shows the first few and counts the rest."""
+    items = [Danger("crit" if line.startswith("CRITICAL") else "warn", "", line)
+             for line in lines]
+    items += failed
+    return tuple(sorted(items, key=lambda d: d.level != "crit"))

@@ -30,7 +30,7 @@ from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, PendingAction
-from gpuroom.tui.present.banner import Danger, failed_job_dangers
+from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
@@ -325,11 +325,11 @@ class GpuroomApp(App[None]):
         # Findings and clocks once per redraw: banner and alerts read the same lists.
         clocks = self.findings_watch.clocks(hosts, now)
         self._alert(findings, clocks)
-        items = [Danger("crit" if line.startswith("CRITICAL") else "warn", "", line)
-                 for line in banner_lines(findings, clocks)]
-        # A failed job the doctor did not explain still makes the banner.
-        items += failed_job_dangers(hosts, now, [(f.host, f.title) for f in findings])
-        self.query_one(DangerBanner).items = tuple(items)
+        # Every item, not the first three of one source: the banner cuts and counts the rest.
+        self.query_one(DangerBanner).items = fleet_dangers(
+            banner_lines(findings, clocks, limit=None),
+            # A failed job the doctor did not explain still makes the banner.
+            failed_job_dangers(hosts, now, [(f.host, f.title) for f in findings]))
 
     def _record_gpu_history(self, h: HostState) -> None:
         # One point per good snapshot, however often the host is redrawn.
@@ -547,7 +547,9 @@ class GpuroomApp(App[None]):
                 self.notify(f"cleared {n} remembered finding(s)")
                 self._refresh_fleet_panes()
 
-        self.push_screen(FindingsScreen(findings, clocks), closed)
+        failed = failed_job_dangers(self.fleet.hosts(), self.clock(),
+                                    [(f.host, f.title) for f in findings])
+        self.push_screen(FindingsScreen(findings, clocks, failed), closed)
 
     def action_pull(self) -> None:
         h = self.host(self.selected_host)

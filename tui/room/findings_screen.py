@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from gpuroom.tui.present.banner import Danger
 from gpuroom.tui.rules.clock import ClockItem
 from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.sanitize import sanitize_line
@@ -20,7 +21,8 @@ from gpuroom.tui.sanitize import sanitize_line
 SEVERITY_STYLE = {"critical": "bold red", "warn": "bold yellow", "info": "cyan"}
 
 
-def findings_table(findings: Sequence[Finding], clocks: Sequence[ClockItem]) -> Table:
+def findings_table(findings: Sequence[Finding], clocks: Sequence[ClockItem],
+                   failed: Sequence[Danger] = ()) -> Table:
     table = Table(expand=True, show_lines=True)
     table.add_column("sev", no_wrap=True)
     table.add_column("host", no_wrap=True)
@@ -36,7 +38,12 @@ def findings_table(findings: Sequence[Finding], clocks: Sequence[ClockItem]) -> 
     for c in clocks:
         table.add_row(Text(c.severity, style=SEVERITY_STYLE.get(c.severity, "")),
                       Text(c.host), "clock", Text(sanitize_line(c.text)), Text(c.kind))
-    if not findings and not clocks:
+    for d in failed:  # failed jobs no finding explains (the banner shows them too)
+        table.add_row(Text("critical", style=SEVERITY_STYLE["critical"]),
+                      Text(sanitize_line(d.host)), "job",
+                      Text(sanitize_line(d.text)),
+                      Text("read the job's log (select it in the queue pane)", style="dim"))
+    if not findings and not clocks and not failed:
         table.add_row("ok", "-", "-", "nothing wrong seen", "-")
     return table
 
@@ -55,17 +62,20 @@ class FindingsScreen(ModalScreen[bool]):
         Binding("c", "clear", "Clear remembered"),
     ]
 
-    def __init__(self, findings: Sequence[Finding], clocks: Sequence[ClockItem]) -> None:
+    def __init__(self, findings: Sequence[Finding], clocks: Sequence[ClockItem],
+                 failed: Sequence[Danger] = ()) -> None:
         super().__init__()
         self.findings = list(findings)
         self.clocks = list(clocks)
+        self.failed = list(failed)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Label(f"Doctor: {len(self.findings)} finding(s), {len(self.clocks)} clock(s)"
+            yield Label(f"Doctor: {len(self.findings)} finding(s), {len(self.clocks)} clock(s), "
+                        f"{len(self.failed)} failed job(s)"
                         "  (esc closes; c clears remembered job deaths once read)",
                         markup=False)
-            yield Static(findings_table(self.findings, self.clocks))
+            yield Static(findings_table(self.findings, self.clocks, self.failed))
 
     def action_close(self) -> None:
         self.dismiss(False)

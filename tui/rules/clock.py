@@ -246,8 +246,9 @@ def _rank(severity: str) -> int:
 
 
 def banner_lines(findings: Iterable[Finding], clock_items: Iterable[ClockItem],
-                 limit: int = 3) -> list[str]:
-    """The worst ``limit`` things across the fleet, one line each; info never makes the banner.
+                 limit: int | None = 3) -> list[str]:
+    """The worst ``limit`` things across the fleet (all with None), one line each; info never
+    makes the banner.
 
     Critical before warn; at equal severity a finding (something is wrong now) comes before a
     clock (something will be), and a longer-running clock before a shorter one.

@@ -223,13 +223,15 @@ def test_cli_tables_print_the_box_text_inert(capsys: pytest.CaptureFixture[str])
     from gpuroom.tui.cli.main import _print_table
     from gpuroom.tui.cli.queue import _print_jobs
     from gpuroom.tui.model import HostState
+    from gpuroom.tui.present.banner import Danger
     from gpuroom.tui.rules.clock import ClockItem
     from gpuroom.tui.rules.doctor import Finding
 
     _print_table([HostState(name="box", error=HOSTILE),
                   HostState(name="up", snapshot={"host": {"hostname": HOSTILE}})])
     _print([Finding("U1", "critical", "box", HOSTILE, HOSTILE, HOSTILE)],
-           [ClockItem("box", "idle", "warn", HOSTILE, 60.0)])
+           [ClockItem("box", "idle", "warn", HOSTILE, 60.0)],
+           [Danger("crit", HOSTILE, f"CRITICAL box: job {HOSTILE} failed")])
     _print_jobs({"queue": "default", "jobs": [
         {"id": HOSTILE, "name": HOSTILE, "state": HOSTILE, "attempts": [], "argv": [HOSTILE],
          "slurm_id": 7, "slurm_state": "PENDING", "reason": HOSTILE}]})

@@ -1,0 +1,53 @@
+"""`gpuroom doctor` lists failed jobs too (issue 17 item 5), on the real helper's data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import DATA
+
+from gpuroom.tui.cli import doctor as doctor_cli
+from gpuroom.tui.cli.main import main
+from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.model import HostState
+
+
+def _failed_fleet() -> tuple[list[HostState], float]:
+    data = json.loads((DATA / "scenario-failed.json").read_text())
+    return StaticFleet.from_scenario(data).hosts(), float(data["now"])
+
+
+@pytest.fixture
+def polled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    hosts, now = _failed_fleet()
+
+    async def fake_poll(config: Any, only: str | None) -> list[HostState]:
+        return hosts
+
+    monkeypatch.setattr(doctor_cli, "_poll", fake_poll)
+    monkeypatch.setattr("time.time", lambda: now)
+    config = tmp_path / "hosts.toml"
+    config.write_text("")
+    config.chmod(0o600)
+    return config
+
+
+def test_doctor_json_lists_the_failed_job_and_puts_it_in_the_banner(
+        polled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--config", str(polled), "doctor", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    failed = doc["failed_jobs"]
+    assert failed and all("failed" in f["text"] for f in failed)
+    assert failed[0]["text"] in doc["banner"]
+
+
+def test_doctor_table_names_the_failed_job(polled: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--config", str(polled), "doctor"])
+    out = capsys.readouterr().out
+    hosts, now = _failed_fleet()
+    (first, *_) = doctor_cli._failed(hosts, doctor_cli.examine(hosts, now)[0], now)
+    assert first.text.split(": ", 1)[1][:30] in out.replace("\n", " ")
