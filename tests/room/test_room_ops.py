@@ -180,6 +180,23 @@ async def test_T_runs_teardown_only_when_safe_and_the_name_is_typed(tmp_path: Pa
         await pilot.pause()
         await finish(app, "teardown")
         assert marker.read_text() == "x"
+        assert any(str(n.message) == "teardown_command for h100-a finished (exit 0): stopped"
+                   for n in app._notifications)
+
+
+async def test_a_silent_teardown_says_it_printed_nothing(tmp_path: Path) -> None:
+    # Issue 17: "teardown_command ... finished:" ended in nothing and read as cut off.
+    app, fleet, marker = ops_app(tmp_path, safe=True)
+    fleet.teardown = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    async with app.run_test(size=(120, 36)) as pilot:
+        await replayed(app, fleet, pilot)
+        await open_gate(app, pilot)
+        app.screen.query_one("#confirm", Input).value = "h100-a"
+        await pilot.press("enter")
+        await pilot.pause()
+        await finish(app, "teardown")
+        assert any(str(n.message) == "teardown_command for h100-a finished (exit 0): no output"
+                   for n in app._notifications)
 
 
 async def test_T_offers_no_teardown_when_not_safe(tmp_path: Path) -> None:

@@ -19,9 +19,14 @@ from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
 from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import LinkError, RemoteFileError
 from gpuroom.tui.transport.pull import METHODS, Progress
 
+EXIT_FAILED = 1
+EXIT_UNREACHABLE = 3  # as every verb says it (gpuroom --help)
 EXIT_NOT_SAFE = 5
+GATE_EXITS = ("exit status: 0 safe to stop paying; 5 not safe (the list says what is "
+              "missing); 3 the host did not answer; 1 the check failed; 2 usage or config")
 PROGRESS_EVERY_S = 0.5
 
 
@@ -35,7 +40,8 @@ def add_cli(sub: Any) -> None:
                         "SFTP on gpuroom's link (sftp); rsync only when asked, or when ssh "
                         "cannot open its session (measured: bench/pull.py)")
     p.set_defaults(func=cmd_pull)
-    p = sub.add_parser("gate", help="teardown gate: is it safe to stop paying for HOST?")
+    p = sub.add_parser("gate", help="teardown gate: is it safe to stop paying for HOST?",
+                       epilog=GATE_EXITS)
     p.add_argument("host")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_gate)
@@ -93,7 +99,9 @@ async def _gate(args: argparse.Namespace) -> int:
         result = await check_gate(fleet.link(args.host))
     except GpuroomError as exc:
         print(f"gpuroom gate: {describe(exc)}", file=sys.stderr)
-        return 1
+        # Not knowing is not "not safe": an unreachable box says 3, like status and doctor.
+        unreachable = isinstance(exc, LinkError) and not isinstance(exc, RemoteFileError)
+        return EXIT_UNREACHABLE if unreachable else EXIT_FAILED
     finally:
         await fleet.close()
     if args.json:

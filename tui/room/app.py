@@ -631,14 +631,15 @@ class GpuroomApp(App[None]):
             self._failed("teardown_command", host, exc,
                          "run it yourself; check [hosts.NAME] teardown_command")
             return
-        tail = sanitize_line(out.decode(errors="replace").strip().splitlines()[-1]
-                             if out.strip() else "")
+        # Its last line, or say there was none (a bare "finished:" read as cut off).
+        tail = (sanitize_line(out.decode(errors="replace").strip().splitlines()[-1])
+                if out.strip() else "no output")
         if rc:
-            self.notify(f"teardown_command for {host} exited {rc}: {tail}. "
+            self.notify(f"teardown_command for {host} exited {rc} ({tail}). "
                         "Fix: the box may still bill; check your provider's console",
                         severity="error", timeout=60)
         else:
-            self.notify(f"teardown_command for {host} finished: {tail}", timeout=30)
+            self.notify(f"teardown_command for {host} finished (exit 0): {tail}", timeout=30)
 
     def _mark(self, host: str, action: PendingAction) -> None:
         self.fleet.mark_pending(host, action)
