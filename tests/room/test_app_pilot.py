@@ -361,3 +361,20 @@ async def test_config_warnings_are_said_once_the_room_is_up() -> None:
         await pilot.pause()
         (note,) = list(app._notifications)
         assert note.severity == "warning" and note.message == warning
+
+
+async def test_the_palette_shows_each_actions_key_and_quit_once() -> None:
+    # Issue 17: the palette listed actions without their keys, and Quit twice (Textual's own
+    # system command beside ours).
+    from gpuroom.tui.room.app import GpuroomCommands
+
+    app, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        system = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Quit" not in system and "Theme" in system
+        hits = [h async for h in GpuroomCommands(app.screen).discover()]
+        by_name = {str(h.display): h.help for h in hits}
+        assert by_name["quit"] == "key: q"
+        assert by_name["kill the selected job (asks first)"] == "key: K"
+        assert all(h.help and h.help.startswith("key: ") for h in hits)

@@ -10,17 +10,18 @@ import asyncio
 import shlex
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult, SuspendNotSupported
+from textual.app import App, ComposeResult, SuspendNotSupported, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input
 from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
@@ -50,6 +51,7 @@ from gpuroom.tui.room.screens import (
     AddJobScreen,
     ConfirmScreen,
     HelpScreen,
+    key_label,
 )
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
@@ -81,18 +83,20 @@ class GpuroomCommands(Provider):
                 yield k.description, k.action, k.key
 
     async def discover(self) -> Hits:
-        for description, action, _ in self._commands():
-            yield DiscoveryHit(description, partial(self.app.run_action, action))
+        for description, action, key in self._commands():
+            yield DiscoveryHit(description, partial(self.app.run_action, action),
+                               help=f"key: {key_label(key)}")
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for description, action, _ in self._commands():
+        for description, action, key in self._commands():
             score = matcher.match(description)
             if score > 0:
                 yield Hit(
                     score,
                     matcher.highlight(description),
                     partial(self.app.run_action, action),
+                    help=f"key: {key_label(key)}",
                 )
 
 
@@ -161,6 +165,12 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's own palette commands, less its Quit: KEYS has quit, with its key."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Quit":
+                yield command
 
     def notify(
         self,
