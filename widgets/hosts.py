@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
+from gpuroom.tui.present.format import fmt_cut
 from gpuroom.tui.present.hosts import HostRow
 from gpuroom.tui.present.levels import Level
 from gpuroom.widgets.rowtable import RowTable
@@ -19,10 +20,6 @@ LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold 
 COLUMNS = ("host", "state", "GPUs", "SM MHz", "power W", "disk", "inode", "job", "profile",
            "billed", "find")
 STATE_WIDTH = 28  # a DOWN reason is cut here; the banner and the log say the rest
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class HostsTable(RowTable):
@@ -47,13 +44,13 @@ class HostsTable(RowTable):
     def watch_hosts(self, rows: tuple[HostRow, ...]) -> None:
         self.set_rows([(r.name, (
             Text(r.name, style="bold"),
-            Text(_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
+            Text(fmt_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
             Text(r.gpus),
             Text(r.sm_clock),
             Text(r.power),
             Text(r.disk_pct, style=LEVEL_STYLE[r.disk_level]),
             Text(r.inode_pct, style=LEVEL_STYLE[r.inode_level]),
-            Text(_cut(r.job, 16)),
+            Text(fmt_cut(r.job, 16)),
             Text(r.profile),
             Text(r.billed),
             Text(r.findings, style=LEVEL_STYLE[r.findings_level]),

@@ -10,17 +10,13 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobs import STATE_STYLE, JobRow
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
 SLURM_WIDTH = 36
 COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class QueueTable(RowTable):
@@ -63,12 +59,12 @@ class QueueTable(RowTable):
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
                 Text(j.ended_by),
-                Text(_cut(j.command, COMMAND_WIDTH)),
+                Text(fmt_cut(j.command, COMMAND_WIDTH)),
                 Text(fmt_age(j.ckpt_age_s)),
             ]
             if slurm:
                 # Slurm's reason text comes from the box: plain Text, never markup.
-                cells.insert(3, Text(_cut(j.slurm, SLURM_WIDTH)))
+                cells.insert(3, Text(fmt_cut(j.slurm, SLURM_WIDTH)))
             rows.append((j.id, tuple(cells)))
         self.set_rows(rows)
 

@@ -21,7 +21,7 @@ from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, descr
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_hours, fmt_pct
+from gpuroom.tui.present.format import fmt_cut_keeping_fix, fmt_hours, fmt_pct
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 
@@ -29,6 +29,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def _print_table(states: list[HostState]) -> None:
             fmt_pct(b),
             fmt_pct(i),
             # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
-            Text(sanitize_line(s.error or "")[:120]),
+            Text(fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH)),
         )
     Console().print(table)
 

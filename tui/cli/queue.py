@@ -17,7 +17,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.present.format import fmt_age
+from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.sanitize import display_line, sanitize_line
 from gpuroom.tui.snapshot import read_queue_view
@@ -25,6 +25,7 @@ from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
 FOLLOW_INTERVAL_S = 1.0
+COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
 
 
 def add_cli(sub: Any) -> None:
@@ -222,7 +223,7 @@ def _print_jobs(doc: dict[str, Any]) -> None:
                  Text(sanitize_line(job.name or "")),
                  Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
                  fmt_age(duration),
-                 Text(display_line(job.command.encode())[:60])]
+                 Text(fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH))]
         if slurm:
             cells.append(Text(display_line(slurm_summary(job).encode())))
         table.add_row(*cells)

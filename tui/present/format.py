@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.sanitize import sanitize_line
 
 NA = "-"  # a value the box did not report
@@ -133,3 +134,26 @@ def fmt_text(value: object) -> str:
     """Text the box wrote, made inert for a pane: its escape sequences never reach the
     terminal (gpuroom.tui.sanitize)."""
     return "" if value is None else sanitize_line(str(value))
+
+
+def fmt_cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters; a cut always ends in "…", so a shortened
+    command or error never reads as the whole of it."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + "…"
+
+
+def fmt_cut_keeping_fix(text: str, width: int) -> str:
+    """Like fmt_cut, but an error's "Fix: ..." clause (gpuroom.tui.errors) is never the part
+    that is cut: the message before it gives way first."""
+    if len(text) <= width:
+        return text
+    message, mark, fix = text.partition(FIX_CLAUSE)
+    if not mark:
+        return fmt_cut(text, width)
+    tail = mark + fix
+    room = width - len(tail)
+    if room < 8:  # not even the start of the message fits beside the fix
+        return fmt_cut(text, width)
+    return fmt_cut(message, room) + tail

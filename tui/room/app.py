@@ -33,7 +33,7 @@ from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_progress
+from gpuroom.tui.present.format import fmt_cut, fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
 from gpuroom.tui.present.hosts import billed_cell, host_row
 from gpuroom.tui.present.jobs import (
@@ -702,7 +702,7 @@ class GpuroomApp(App[None]):
 
     @work(exclusive=True, group="add")
     async def _send_add(self, host: str, request: AddJobRequest) -> None:
-        label = request.name or shlex.join(request.argv)[:30]
+        label = request.name or fmt_cut(shlex.join(request.argv), 30)
         # Shown at once; its id is known only when the box answers.
         sent = PendingAction("add", None, self.clock(), label=label)
         self._mark(host, sent)
