@@ -170,9 +170,11 @@ def disk_facts(path: str) -> Dict[str, Any]:
         "real_path": os.path.realpath(expanded),
         "device": dev,
         "total_bytes": st.f_blocks * st.f_frsize,
-        "free_bytes": st.f_bavail * st.f_frsize,
+        "free_bytes": st.f_bavail * st.f_frsize,  # what a job may still write
+        "bfree_bytes": st.f_bfree * st.f_frsize,  # that plus the blocks reserved for root
         "total_inodes": st.f_files,
         "free_inodes": st.f_favail,
+        "ffree_inodes": st.f_ffree,
     }
 
 

@@ -308,15 +308,52 @@ class Disk(View):
     real_path: str | None = key(text)
     device: int | None = key(integer)
     total_bytes: float | None = key(number)
-    free_bytes: float | None = key(number)
+    free_bytes: float | None = key(number)  # available to a job (statvfs f_bavail)
+    bfree_bytes: float | None = key(number)  # free, root's reserve included (f_bfree)
     total_inodes: float | None = key(number)
     free_inodes: float | None = key(number)
+    ffree_inodes: float | None = key(number)  # free, reserved included (f_ffree)
     error: str | None = key(text, origin="failure")
 
     @property
     def where(self) -> str:
         """The resolved path when the box gave one, else the path as asked."""
         return self.real_path or self.path or ""
+
+    # df's arithmetic (coreutils), so the pane headed "df -h | df -i" agrees with df to the
+    # point: used = total - free including reserved; Use% = used / (used + available),
+    # rounded up. On ext4 the 5 % root reserve made total-based percentages tens of points
+    # off. An older helper sent no reserve figures: then used = total - available.
+
+    @property
+    def used_bytes(self) -> float | None:
+        free = self.bfree_bytes if self.bfree_bytes is not None else self.free_bytes
+        return None if self.total_bytes is None or free is None else self.total_bytes - free
+
+    @property
+    def bytes_pct(self) -> float | None:
+        """``df``'s Use%."""
+        return df_pct(self.used_bytes, self.free_bytes)
+
+    @property
+    def used_inodes(self) -> float | None:
+        free = self.ffree_inodes if self.ffree_inodes is not None else self.free_inodes
+        return None if self.total_inodes is None or free is None else self.total_inodes - free
+
+    @property
+    def inodes_pct(self) -> float | None:
+        """``df -i``'s IUse% (df counts every free inode as available)."""
+        free = self.ffree_inodes if self.ffree_inodes is not None else self.free_inodes
+        return df_pct(self.used_inodes, free)
+
+
+def df_pct(used: float | None, available: float | None) -> float | None:
+    """used / (used + available) in whole percent rounded up, as df prints it; None where df
+    prints "-" (nothing used and nothing available: btrfs and some NFS have no inode count)."""
+    if used is None or available is None or used + available <= 0:
+        return None
+    u, a = int(used), int(available)
+    return float(-(-u * 100 // (u + a)))
 
 
 @dataclass(frozen=True, slots=True)

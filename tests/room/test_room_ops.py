@@ -43,7 +43,7 @@ def banner_texts(app: GpuroomApp) -> list[str]:
     ("reboot", "CRITICAL h100-a: job default/j1 (train) died: the box rebooted [GEN6]"),
     ("xid79", "CRITICAL h100-a: job default/j1 (train) died: GPU fell off the bus, the GPU is "
               "dead [U22]"),
-    ("inode_full", "CRITICAL h100-a: /data: inodes 99 % used [U7]"),
+    ("inode_full", "CRITICAL h100-a: /data: inodes 100 % used [U7]"),
     ("throttle", "WARN a10-c: GPU 0 (NVIDIA A10) is throttling [U23]"),
 ])
 async def test_replayed_recording_puts_the_doctors_line_in_the_banner(name: str, line: str
@@ -110,7 +110,7 @@ async def test_notify_command_and_bell_once_per_new_critical(tmp_path: Path) -> 
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
         await finish(app, "notify")
-    assert out.read_text().splitlines() == ["CRITICAL h100-a: /data: inodes 99 % used [U7]"]
+    assert out.read_text().splitlines() == ["CRITICAL h100-a: /data: inodes 100 % used [U7]"]
     assert rings == [1]
 
 

@@ -20,7 +20,7 @@ MUST_SHOW = {
     "healthy-200x60": ["h100-a", "rtx-b", "local", "fleet OK", "step 4040 loss 2.3290"],
     "healthy-80x24": ["h100-a", "rtx-b", "queue h100-a", "llama-1b"],
     "throttle": ["a10-c", "throttl", "HwSlow", "SwPwrCap"],
-    "inode": ["h100-a", "/data", "99%"],
+    "inode": ["h100-a", "/data", "100%"],
     "failed": ["finetune", "failed", "SIGKILL", "epoch 1 step 200"],
     "stale": ["rtx-b", "STALE", "queue rtx-b"],
     "help": ["gpuroom keys", "interactive ssh to the selected host"],

@@ -43,12 +43,6 @@ class DiskRow:
         return worst(self.bytes_level, self.inodes_level)
 
 
-def _pct(used: float | None, total: float | None) -> float | None:
-    if used is None or not total:
-        return None
-    return 100.0 * used / total
-
-
 def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
     """The snapshot's disks: statvfs facts per path, one row per filesystem.
 
@@ -66,23 +60,19 @@ def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
             if d.device in seen_devices:
                 continue
             seen_devices.add(d.device)
-        total, free = d.total_bytes, d.free_bytes
-        itotal, ifree = d.total_inodes, d.free_inodes
-        used = None if total is None or free is None else total - free
-        iused = None if itotal is None or ifree is None else itotal - ifree
+        # The numbers df prints for this filesystem (tui/snapshot.py Disk).
         rows.append(
             DiskRow(
                 path=path,
                 error=None,
-                size_bytes=total,
-                used_bytes=used,
-                avail_bytes=free,
-                bytes_pct=_pct(used, total),
-                inodes_total=itotal,
-                inodes_used=iused,
-                inodes_free=ifree,
-                # Filesystems without inode accounting (btrfs, some NFS) report 0 total.
-                inodes_pct=_pct(iused, itotal),
+                size_bytes=d.total_bytes,
+                used_bytes=d.used_bytes,
+                avail_bytes=d.free_bytes,
+                bytes_pct=d.bytes_pct,
+                inodes_total=d.total_inodes,
+                inodes_used=d.used_inodes,
+                inodes_free=d.ffree_inodes if d.ffree_inodes is not None else d.free_inodes,
+                inodes_pct=d.inodes_pct,
             )
         )
     return rows

@@ -601,13 +601,13 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
         and not isinstance(profile.inode_cap, bool) else None
     for d in _unique_disks(snap):
         where = d.where
-        ti, fi = d.total_inodes, d.free_inodes
+        ti, used = d.total_inodes, d.used_inodes
         tb, fb = d.total_bytes, d.free_bytes
-        bytes_pct = 100.0 * (1 - fb / tb) if tb and fb is not None else None
-        if ti and fi is not None:
-            used = ti - fi
+        bytes_pct = d.bytes_pct  # df's Use%, as the disk pane shows it
+        if ti and used is not None:
             limit = min(ti, float(cap)) if cap else ti
-            pct = 100.0 * used / limit
+            # df's IUse% unless the profile caps inodes below the filesystem's count.
+            pct = 100.0 * used / limit if cap and cap < ti else (d.inodes_pct or 0.0)
             if pct >= INODE_WARN_PCT:
                 out.append(_finding(
                     "U7", "critical" if pct >= INODE_CRIT_PCT else "warn", host,

@@ -61,7 +61,8 @@ def replay(name: str) -> tuple[set[str], list[Finding], list[ClockItem]]:
      ["CRITICAL h100-a: job default/j1 (train) died: GPU fell off the bus, the GPU is dead "
       "[U22]"]),
     ("throttle", {"U23"}, ["WARN a10-c: GPU 0 (NVIDIA A10) is throttling [U23]"]),
-    ("inode_full", {"U7"}, ["CRITICAL h100-a: /data: inodes 99 % used [U7]"]),
+    # 9940 of 10000 inodes: df -i prints 100% (it rounds up), and so does the doctor.
+    ("inode_full", {"U7"}, ["CRITICAL h100-a: /data: inodes 100 % used [U7]"]),
     ("idle_3h", set(),
      ["CRITICAL idle-box: idle 3.0 h while billing: $7.47 burnt (no job running, GPU at idle "
       "power)"]),

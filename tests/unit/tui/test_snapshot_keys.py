@@ -24,7 +24,7 @@ from fakes import split_capture
 from fakes.nvml import FakeNvml
 from paths import DATA, FIXTURES
 
-from gpuroom.remote import gpu, kernel, vram
+from gpuroom.remote import gpu, hostinfo, kernel, vram
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 
 SESSION = [json.loads(raw) for raw in (DATA / "slurm" / "session.jsonl").read_text()
@@ -121,7 +121,9 @@ def _rename(obj: Any, segments: list[str]) -> None:
 def real_documents() -> list[Any]:
     """Real helper output: two polls of a Slurm login node, NVML rows, kernel events."""
     docs: list[Any] = [SESSION[-1]["snapshot"], SESSION[len(SESSION) // 2]["snapshot"],
-                       {"gpus": gpu.nvml_gpus(FakeNvml())}]
+                       {"gpus": gpu.nvml_gpus(FakeNvml())},
+                       # The disk collector run here: newer keys than the recorded session.
+                       {"disks": hostinfo.disks([])}]
     if FIXTURES.is_dir():
         docs.append({"kernel": {"events": kernel_events(FIXTURES)}})
     return docs

@@ -137,8 +137,9 @@ def test_inode_alarm_even_when_bytes_look_fine() -> None:
 
 @pytest.mark.parametrize(
     ("bytes_pct", "inodes_pct", "bytes_level", "inodes_level"),
-    [(84, 79, "ok", "ok"), (85, 80, "warn", "warn"), (94.9, 89.9, "warn", "warn"),
-     (95, 90, "crit", "crit")],
+    [(84, 79, "ok", "ok"), (85, 80, "warn", "warn"), (94, 89, "warn", "warn"),
+     # df rounds Use% up: 94.1 % used is the "95%" df prints, so it is critical.
+     (94.1, 89.1, "crit", "crit"), (95, 90, "crit", "crit")],
 )
 def test_disk_thresholds(bytes_pct: float, inodes_pct: float, bytes_level: str,
                          inodes_level: str) -> None:
@@ -146,6 +147,18 @@ def test_disk_thresholds(bytes_pct: float, inodes_pct: float, bytes_level: str,
                        "total_inodes": 1000, "free_inodes": 1000 - inodes_pct * 10}]}
     (d,) = disk_rows(view(snap))
     assert (d.bytes_level, d.inodes_level) == (bytes_level, inodes_level)
+
+
+def test_disk_percentages_are_dfs_with_the_root_reserve() -> None:
+    # Issue 17 item 6: ext4 keeps 5 % for root; gpuroom showed (total - avail) / total.
+    # df: used = total - bfree; Use% = used / (used + avail), rounded up. The numbers are a
+    # 1000-block disk with 400 free of which 50 reserved.
+    snap = {"disks": [{"path": "/d", "total_bytes": 1000, "bfree_bytes": 400,
+                       "free_bytes": 350, "total_inodes": 100, "ffree_inodes": 61,
+                       "free_inodes": 55}]}
+    (d,) = disk_rows(view(snap))
+    assert (d.used_bytes, d.avail_bytes, d.bytes_pct) == (600, 350, 64)  # 600/950 = 63.2
+    assert (d.inodes_used, d.inodes_free, d.inodes_pct) == (39, 61, 39)
 
 
 def test_disk_error_and_no_inode_accounting() -> None:
