@@ -218,7 +218,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         events, warnings = reader.events, reader.all_warnings()
     state = fold(events, queue)
     slurm_jobs, slurm_warnings = queue_slurm.refresh(qdir, list(events))
-    warnings = [*warnings, *slurm_warnings]
+    warnings = [*warnings, *state["skipped_events"], *slurm_warnings]
     jobs = sorted([*state["jobs"].values(), *slurm_jobs], key=lambda j: j["added_seq"])
     if limit is not None and len(jobs) > limit:
         # Bounded answer, but never hide what is live or waiting.

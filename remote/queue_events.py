@@ -284,6 +284,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
     answered = set()
     requests: Dict[int, Event] = {}
     last_seq = 0
+    skipped: List[str] = []
 
     def place(job_id: str, front: bool) -> None:
         if job_id in order:
@@ -299,94 +300,102 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
             continue  # a duplicate or out-of-order line can never rewrite history
         last_seq = seq
         kind = ev.get("ev")
-        if "req" in ev:
-            answered.add(ev["req"])
-        for extra in ev.get("reqs") or []:
-            answered.add(extra)
-        if kind == "added":
-            added = _new_job(ev)
-            jobs[added["id"]] = added
-            place(added["id"], bool(ev.get("front")))
-            continue
-        if kind == "configured":
-            for key in DEFAULT_CONFIG:
-                if ev.get(key) is not None:
-                    config[key] = ev[key]
-            continue
-        if kind in ANSWERED_REQUESTS:
-            requests[seq] = ev
-            continue
-        found = jobs.get(str(ev.get("job")))
-        if found is None:
-            continue
-        job = found
-        if kind == "launching":
-            if job["id"] in order:
-                order.remove(job["id"])
-            job["state"] = "launching"
-            job["reason"] = None
-            job["ckpt_dir"] = ev.get("ckpt_dir")
-            job["attempts"].append({
-                "attempt": ev.get("attempt"), "boot_id": ev.get("boot_id"),
-                "start": None, "end": None, "exit_code": None, "signal": None,
-                "duration": None, "end_reason": None, "pid": None, "pgid": None,
-                "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
-            })
-        elif kind == "started":
-            a = _attempt(job, ev.get("attempt"))
-            if a is not None:
-                a.update({"start": ev.get("t"), "pid": ev.get("pid"), "pgid": ev.get("pgid"),
-                          "starttime": ev.get("starttime"), "boot_id": ev.get("boot_id")})
-            job["state"] = "running"
-        elif kind == "exited":
-            _end_attempt(job, ev, "exited")
-            code = ev.get("exit_code")
-            job["state"] = "succeeded" if code == 0 and not ev.get("signal") else "failed"
-            job["kill_pending"] = False
-            if ev.get("sync"):
-                job["sync"] = {"state": "pending"}
-        elif kind == "killed":
-            _end_attempt(job, ev, "killed")
-            if job["id"] in order:
-                order.remove(job["id"])
-            job["state"] = "killed"
-            job["kill_pending"] = False
-        elif kind in ("orphaned_by_reboot", "vanished"):
-            _end_attempt(job, ev, kind)
-            job["state"] = "failed"
-            job["reason"] = ev.get("why") or kind
-        elif kind == "unschedulable":
-            if job["id"] in order:
-                order.remove(job["id"])
-            job["state"] = "failed"
-            job["reason"] = ev.get("why")
-        elif kind == "requeued":
-            if ev.get("abandoned_attempt") is not None:
-                _end_attempt(job, {"attempt": ev["abandoned_attempt"], "t": ev.get("t")},
-                             "launch_interrupted")
-            if ev.get("retry"):
-                job["retries_used"] += 1
-            if ev.get("reason") == "relaunch":
-                job["retries_used"] = 0
-            job["state"] = "queued"
-            job["reason"] = ev.get("reason")
-            job["sync"] = None
-            place(job["id"], bool(ev.get("front", True)))
-        elif kind == "removed":
-            if job["id"] in order:
-                order.remove(job["id"])
-            job["state"] = "removed"
-        elif kind == "reordered":
-            if job["id"] in order:
-                order.remove(job["id"])
-                pos = int(ev.get("position", 0))
-                order.insert(max(0, min(pos, len(order))), job["id"])
-        elif kind == "synced":
-            job["sync"] = {"state": "synced", "t": ev.get("t"), "dest": ev.get("dest"),
-                           "files": ev.get("files")}
-        elif kind == "sync_failed":
-            job["sync"] = {"state": "failed", "t": ev.get("t"), "dest": ev.get("dest"),
-                           "reason": ev.get("why")}
+        # A job on the box can write this file (it runs as the helper's user): an event that
+        # cannot be applied is skipped with a warning naming it, rather than stop the fold
+        # and with it the runner and `queue ls`. (No copy of the job is kept to roll back:
+        # the runner folds its whole history every tick; the typed reads come first.)
+        try:
+            if "req" in ev:
+                answered.add(ev["req"])
+            for extra in ev.get("reqs") or []:
+                answered.add(extra)
+            if kind == "added":
+                added = _new_job(ev)
+                jobs[added["id"]] = added
+                place(added["id"], bool(ev.get("front")))
+                continue
+            if kind == "configured":
+                for key in DEFAULT_CONFIG:
+                    if ev.get(key) is not None:
+                        config[key] = ev[key]
+                continue
+            if kind in ANSWERED_REQUESTS:
+                requests[seq] = ev
+                continue
+            found = jobs.get(str(ev.get("job")))
+            if found is None:
+                continue
+            job = found
+            if kind == "launching":
+                if job["id"] in order:
+                    order.remove(job["id"])
+                job["state"] = "launching"
+                job["reason"] = None
+                job["ckpt_dir"] = ev.get("ckpt_dir")
+                job["attempts"].append({
+                    "attempt": ev.get("attempt"), "boot_id": ev.get("boot_id"),
+                    "start": None, "end": None, "exit_code": None, "signal": None,
+                    "duration": None, "end_reason": None, "pid": None, "pgid": None,
+                    "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
+                })
+            elif kind == "started":
+                a = _attempt(job, ev.get("attempt"))
+                if a is not None:
+                    a.update({"start": ev.get("t"), "pid": ev.get("pid"), "pgid": ev.get("pgid"),
+                              "starttime": ev.get("starttime"), "boot_id": ev.get("boot_id")})
+                job["state"] = "running"
+            elif kind == "exited":
+                _end_attempt(job, ev, "exited")
+                code = ev.get("exit_code")
+                job["state"] = "succeeded" if code == 0 and not ev.get("signal") else "failed"
+                job["kill_pending"] = False
+                if ev.get("sync"):
+                    job["sync"] = {"state": "pending"}
+            elif kind == "killed":
+                _end_attempt(job, ev, "killed")
+                if job["id"] in order:
+                    order.remove(job["id"])
+                job["state"] = "killed"
+                job["kill_pending"] = False
+            elif kind in ("orphaned_by_reboot", "vanished"):
+                _end_attempt(job, ev, kind)
+                job["state"] = "failed"
+                job["reason"] = ev.get("why") or kind
+            elif kind == "unschedulable":
+                if job["id"] in order:
+                    order.remove(job["id"])
+                job["state"] = "failed"
+                job["reason"] = ev.get("why")
+            elif kind == "requeued":
+                if ev.get("abandoned_attempt") is not None:
+                    _end_attempt(job, {"attempt": ev["abandoned_attempt"], "t": ev.get("t")},
+                                 "launch_interrupted")
+                if ev.get("retry"):
+                    job["retries_used"] += 1
+                if ev.get("reason") == "relaunch":
+                    job["retries_used"] = 0
+                job["state"] = "queued"
+                job["reason"] = ev.get("reason")
+                job["sync"] = None
+                place(job["id"], bool(ev.get("front", True)))
+            elif kind == "removed":
+                if job["id"] in order:
+                    order.remove(job["id"])
+                job["state"] = "removed"
+            elif kind == "reordered":
+                pos = int(ev.get("position", 0))  # before the move: a bad one moves nothing
+                if job["id"] in order:
+                    order.remove(job["id"])
+                    order.insert(max(0, min(pos, len(order))), job["id"])
+            elif kind == "synced":
+                job["sync"] = {"state": "synced", "t": ev.get("t"), "dest": ev.get("dest"),
+                               "files": ev.get("files")}
+            elif kind == "sync_failed":
+                job["sync"] = {"state": "failed", "t": ev.get("t"), "dest": ev.get("dest"),
+                               "reason": ev.get("why")}
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+            skipped.append(f"event seq {seq} ({str(kind)[:40]}) skipped: "
+                           f"{type(exc).__name__}: {str(exc)[:120]}")
 
     pending = [requests[s] for s in sorted(requests) if s not in answered]
     for req in pending:
@@ -404,6 +413,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
         "order": list(order),
         "pending_requests": copy.deepcopy(pending),
         "last_seq": last_seq,
+        "skipped_events": skipped,
     }
 
 

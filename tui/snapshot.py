@@ -566,6 +566,8 @@ class QueueView(View):
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
     jobs: tuple[Job, ...] = nested(Job, "many")
+    # Lines of the events file the queue could not read or apply (remote/queue_events.py).
+    warnings: tuple[str, ...] = key(texts)
 
     def __post_init__(self) -> None:
         # Every construction (read, or renamed by its key in queue.queues) names its jobs.

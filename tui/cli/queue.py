@@ -227,7 +227,11 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         if slurm:
             cells.append(Text(display_line(slurm_summary(job).encode())))
         table.add_row(*cells)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    # A line of the events file the queue skipped is a job or a full disk at work: said.
+    for warning in view.warnings:
+        console.print(Text(f"warning: {sanitize_line(warning)}", style="yellow"))
 
 
 def cmd_queue(args: argparse.Namespace) -> int:

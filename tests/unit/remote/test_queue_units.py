@@ -12,7 +12,7 @@ import pytest
 from paths import FIXTURES
 
 from gpuroom.remote.queue import collect, parse_tmux_ls, read_log_chunk
-from gpuroom.remote.queue_events import EventWriter, fold, read_events
+from gpuroom.remote.queue_events import EventWriter, fold, queue_dir, read_events
 
 TMUX = FIXTURES / "tmux"
 
@@ -179,3 +179,51 @@ def test_queue_add_options_after_host_are_options(cli: list[str], name: str | No
     args = build_parser().parse_args(cli)
     assert job_argv(args) == argv
     assert (args.name, args.retries) == (name, retries)
+
+
+def test_a_wrongly_typed_event_is_skipped_with_a_warning_not_raised(tmp_path: Path) -> None:
+    # Issue 18 item 2: {"ev": "added", ..., "retries": "x"} made the fold raise, so queue ls
+    # exited 1 and the runner died; a job on the box can write this file.
+    events = _events(
+        tmp_path,
+        ("added", {"argv": ["a"], "cwd": "/"}),
+        ("added", {"argv": ["b"], "cwd": "/", "retries": "x"}),
+        ("reordered", {"job": "j1", "position": "first"}),
+        ("added", {"argv": ["c"], "cwd": "/"}),
+        ("rejected", {"job": "j1", "req": ["not", "hashable"]}),
+    )
+    state = fold(events)
+    assert sorted(state["jobs"]) == ["j1", "j4"]
+    assert state["order"] == ["j1", "j4"]  # the bad reorder moved nothing
+    skipped = state["skipped_events"]
+    assert len(skipped) == 3
+    assert skipped[0].startswith("event seq 2 (added) skipped: ValueError: ")
+    assert skipped[1].startswith("event seq 3 (reordered) skipped: ValueError: ")
+    assert skipped[2].startswith("event seq 5 (rejected) skipped: TypeError: ")
+
+
+def test_queue_ls_reports_the_skipped_event(tmp_path: Path) -> None:
+    from gpuroom.remote.queue import queue_view
+
+    qdir = Path(queue_dir(str(tmp_path), "default"))
+    qdir.mkdir(parents=True)
+    _events(qdir, ("added", {"argv": ["a"], "cwd": "/"}),
+            ("added", {"argv": ["b"], "cwd": "/", "retries": "x"}))
+    view = queue_view(str(tmp_path), "default")
+    assert [j["id"] for j in view["jobs"]] == ["j1"]
+    assert any(w.startswith("event seq 2 (added) skipped") for w in view["warnings"])
+
+
+def test_queue_ls_prints_the_skipped_event(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuroom.remote.queue import queue_view
+    from gpuroom.tui.cli.queue import _print_jobs
+
+    qdir = Path(queue_dir(str(tmp_path), "default"))
+    qdir.mkdir(parents=True)
+    _events(qdir, ("added", {"argv": ["a"], "cwd": "/"}),
+            ("added", {"argv": ["b"], "cwd": "/", "retries": "x\x1b[2J"}))
+    _print_jobs(queue_view(str(tmp_path), "default"))
+    out = capsys.readouterr().out
+    assert "warning: event seq 2 (added) skipped: ValueError" in out
+    assert "\x1b[2J" not in out
