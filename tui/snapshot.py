@@ -336,15 +336,19 @@ class Disk(View):
         return df_pct(self.used_bytes, self.free_bytes)
 
     @property
+    def inodes_left(self) -> float | None:
+        """``df -i``'s IFree: every free inode (df counts the reserved ones as available)."""
+        return self.ffree_inodes if self.ffree_inodes is not None else self.free_inodes
+
+    @property
     def used_inodes(self) -> float | None:
-        free = self.ffree_inodes if self.ffree_inodes is not None else self.free_inodes
+        free = self.inodes_left
         return None if self.total_inodes is None or free is None else self.total_inodes - free
 
     @property
     def inodes_pct(self) -> float | None:
-        """``df -i``'s IUse% (df counts every free inode as available)."""
-        free = self.ffree_inodes if self.ffree_inodes is not None else self.free_inodes
-        return df_pct(self.used_inodes, free)
+        """``df -i``'s IUse%."""
+        return df_pct(self.used_inodes, self.inodes_left)
 
 
 def df_pct(used: float | None, available: float | None) -> float | None:

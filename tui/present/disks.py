@@ -71,7 +71,7 @@ def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
                 bytes_pct=d.bytes_pct,
                 inodes_total=d.total_inodes,
                 inodes_used=d.used_inodes,
-                inodes_free=d.ffree_inodes if d.ffree_inodes is not None else d.free_inodes,
+                inodes_free=d.inodes_left,
                 inodes_pct=d.inodes_pct,
             )
         )
