@@ -517,6 +517,7 @@ class Job(View):
     state: str = key(lambda v: text(v) or "", old=("status",))
     reason: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
+    cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)

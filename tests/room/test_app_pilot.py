@@ -50,8 +50,8 @@ class RecordingFleet(StaticFleet):
             raise FleetError(self.fail_with)
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None, gpus: int,
-                        retries: int) -> str:
-        self.calls.append(("add", host, argv, name, gpus, retries))
+                        retries: int, cwd: str | None = None) -> str:
+        self.calls.append(("add", host, argv, name, gpus, retries, cwd))
         self._maybe_fail()
         return "j99"
 
@@ -252,7 +252,8 @@ async def test_a_adds_a_job_split_with_shlex() -> None:
         await settle(app)
         await pilot.pause()
         assert fleet.calls == [
-            ("add", "h100-a", ["python", "train.py", "--note", "two words"], "sweep", 2, 1)]
+            ("add", "h100-a", ["python", "train.py", "--note", "two words"], "sweep", 2, 1,
+             None)]
         assert queue_states(app)["j99"] == ("sent", "add")
 
 
@@ -378,3 +379,24 @@ async def test_the_palette_shows_each_actions_key_and_quit_once() -> None:
         assert by_name["quit"] == "key: q"
         assert by_name["kill the selected job (asks first)"] == "key: K"
         assert all(h.help and h.help.startswith("key: ") for h in hits)
+
+
+async def test_the_add_form_keeps_its_labels_and_sends_the_working_directory() -> None:
+    # Issue 17 item 12: prefilled values hid the placeholders that named the fields, and
+    # there was no working directory.
+    from textual.widgets import Label
+
+    app, fleet = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("a")
+        assert isinstance(app.screen, AddJobScreen)
+        labels = [str(label.render()) for label in app.screen.query(".field").results(Label)]
+        assert labels[2:] == ["GPUs", "retries after a failed attempt",
+                              "working directory on the box (optional)"]
+        assert app.screen.query_one("#gpus", Input).value == "1"  # prefilled, still labelled
+        app.screen.query_one("#command", Input).value = "python train.py"
+        app.screen.query_one("#cwd", Input).value = " ~/proj "
+        app.screen.query_one("#command", Input).focus()
+        await pilot.press("enter")
+        await settle(app)
+        assert fleet.calls == [("add", "h100-a", ["python", "train.py"], None, 1, 0, "~/proj")]

@@ -182,3 +182,30 @@ def test_cut_to_cuts_a_longer_file_and_leaves_one_of_that_length_alone(tmp_path:
     with open(empty, "ab") as f:
         cut_to(f, 0)
     assert empty.stat().st_mtime == 1_000_000 and empty.stat().st_size == 0
+
+
+async def test_queue_add_from_the_room_carries_the_working_directory(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The add form's working directory reaches the helper (issue 17 item 12)."""
+    import asyncio
+    import subprocess
+
+    monkeypatch.setenv("GPUROOM_HOME", str(home / "gh"))
+    socket_name = f"gpuroom-test-cwd-{os.getpid()}"
+    monkeypatch.setenv("GPUROOM_TMUX_SOCKET", socket_name)
+    (home / "proj").mkdir()
+    fleet = Fleet(Config(path=home / "hosts.toml"))
+    try:
+        job = await fleet.queue_add("local", ["pwd"], name="where", cwd=str(home / "proj"))
+        for _ in range(100):  # bounded: a pwd finishes at once
+            state = await fleet.poll_host("local")
+            assert state.view is not None, state.error
+            jobs = dict(state.view.iter_jobs())
+            if jobs[f"default/{job}"].state == "succeeded":
+                break
+            await asyncio.sleep(0.1)
+        assert jobs[f"default/{job}"].cwd == str(home / "proj")
+    finally:
+        await fleet.close()
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True,
+                       check=False)

@@ -34,7 +34,8 @@ class FleetAPI(Protocol):
     async def refresh(self, host: str | None = None) -> None: ...
 
     async def queue_add(
-        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int
+        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
+        cwd: str | None = None,
     ) -> str: ...
 
     async def queue_kill(self, host: str, job_id: str) -> None: ...
@@ -169,7 +170,8 @@ class StaticFleet(PendingLedger):
             self._changed(h.name)
 
     async def queue_add(
-        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int
+        self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
+        cwd: str | None = None,
     ) -> str:
         raise FleetError(f"{host}: this is a recording; no box to add a job to")
 

@@ -206,13 +206,15 @@ class Fleet(PendingLedger):
         return result.stdout.decode(errors="replace")
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,
-                        gpus: int = 0, retries: int = 0) -> str:
+                        gpus: int = 0, retries: int = 0, cwd: str | None = None) -> str:
         # A slurm-profile host is a login node: the helper submits with sbatch.
         profile = self._hosts[host].profile if host in self._hosts else None
         args = ["add", "--backend", queue_backend(profile), "--gpus", str(gpus),
                 "--retries", str(retries)]
         if name:
             args += ["--name", name]
+        if cwd:
+            args += ["--cwd", cwd]
         out = await self._queue_call(host, *args, "--", *argv)
         return str(json.loads(out).get("job"))
 

@@ -709,7 +709,7 @@ class GpuroomApp(App[None]):
         try:
             job_id = await self.fleet.queue_add(
                 host, request.argv, name=request.name, gpus=request.gpus,
-                retries=request.retries,
+                retries=request.retries, cwd=request.cwd,
             )
         except GpuroomError as exc:
             self._unmark(host, sent)

@@ -132,9 +132,11 @@ class AddJobRequest:
     name: str | None
     gpus: int
     retries: int
+    cwd: str | None = None  # on the box; None: the helper's default (the login home)
 
 
-def parse_add_form(command: str, name: str, gpus: str, retries: str) -> AddJobRequest:
+def parse_add_form(command: str, name: str, gpus: str, retries: str,
+                   cwd: str = "") -> AddJobRequest:
     """Validate the form; raise ValueError with the message to show under it."""
     try:
         argv = shlex.split(command)
@@ -149,11 +151,12 @@ def parse_add_form(command: str, name: str, gpus: str, retries: str) -> AddJobRe
         raise ValueError("GPUs and retries are whole numbers") from exc
     if n_gpus < 0 or n_retries < 0:
         raise ValueError("GPUs and retries cannot be negative")
-    return AddJobRequest(argv, name.strip() or None, n_gpus, n_retries)
+    return AddJobRequest(argv, name.strip() or None, n_gpus, n_retries, cwd.strip() or None)
 
 
 class AddJobScreen(ModalScreen[AddJobRequest | None]):
-    """Command (split with shlex, never run through a shell), name, GPUs, retries."""
+    """Command (split with shlex, never run through a shell), name, GPUs, retries, working
+    directory. Each field has a label above it: a prefilled value hides its placeholder."""
 
     DEFAULT_CSS = """
     AddJobScreen { align: center middle; }
@@ -161,6 +164,7 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
         width: 70; height: auto; border: round $accent; padding: 0 1; background: $surface;
     }
     AddJobScreen Input { margin: 0; }
+    AddJobScreen .field { color: $text-muted; height: 1; margin-top: 1; }
     AddJobScreen #error { color: $error; height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
@@ -173,11 +177,18 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Add a job on {self.host}  (enter submits, esc cancels)", markup=False)
+            yield Label("command (split like a shell would, never run through one)",
+                        classes="field")
             yield Input(placeholder="command, e.g. python train.py --lr 3e-4", id="command")
+            yield Label("name (optional)", classes="field")
             yield Input(placeholder="name (optional)", id="name")
+            yield Label("GPUs", classes="field")
             yield Input(value=str(self.default_gpus), placeholder="GPUs", id="gpus",
                         type="integer")
+            yield Label("retries after a failed attempt", classes="field")
             yield Input(value="0", placeholder="retries", id="retries", type="integer")
+            yield Label("working directory on the box (optional)", classes="field")
+            yield Input(placeholder="default: the login home, e.g. ~/proj", id="cwd")
             yield Label("", id="error")
 
     @on(Input.Submitted)
@@ -185,7 +196,8 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
         values = {i.id: i.value for i in self.query(Input)}
         try:
             request = parse_add_form(
-                values["command"], values["name"], values["gpus"], values["retries"]
+                values["command"], values["name"], values["gpus"], values["retries"],
+                values["cwd"] or "",
             )
         except ValueError as exc:
             self.query_one("#error", Label).update(str(exc))
