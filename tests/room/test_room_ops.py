@@ -165,20 +165,22 @@ async def test_P_pulls_the_selected_job(tmp_path: Path) -> None:
                    for n in app._notifications)
 
 
+async def type_host_name(app: GpuroomApp, pilot: Any, name: str) -> None:
+    """Type ``name`` into the gate's confirmation and press enter; wait for any teardown."""
+    app.screen.query_one("#confirm", Input).value = name
+    await pilot.press("enter")
+    await pilot.pause()
+    await finish(app, "teardown")
+
+
 async def test_T_runs_teardown_only_when_safe_and_the_name_is_typed(tmp_path: Path) -> None:
     app, fleet, marker = ops_app(tmp_path, safe=True)
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
         await open_gate(app, pilot)
-        box = app.screen.query_one("#confirm", Input)
-        box.value = "h100-b"
-        await pilot.press("enter")
-        await pilot.pause()
+        await type_host_name(app, pilot, "h100-b")
         assert isinstance(app.screen, GateScreen) and not marker.exists()
-        box.value = "h100-a"
-        await pilot.press("enter")
-        await pilot.pause()
-        await finish(app, "teardown")
+        await type_host_name(app, pilot, "h100-a")
         assert marker.read_text() == "x"
         assert any(str(n.message) == "teardown_command for h100-a finished (exit 0): stopped"
                    for n in app._notifications)
@@ -191,10 +193,7 @@ async def test_a_silent_teardown_says_it_printed_nothing(tmp_path: Path) -> None
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
         await open_gate(app, pilot)
-        app.screen.query_one("#confirm", Input).value = "h100-a"
-        await pilot.press("enter")
-        await pilot.pause()
-        await finish(app, "teardown")
+        await type_host_name(app, pilot, "h100-a")
         assert any(str(n.message) == "teardown_command for h100-a finished (exit 0): no output"
                    for n in app._notifications)
 
