@@ -135,6 +135,10 @@ def test_simulated_reboot_requeues_orphaned_jobs(box: Box) -> None:
                   "sleep 30", opts=("--retries", "1"), env=env_a)
     first = box.wait_state(job, ("running",))
     pid = first["attempts"][0]["pid"]
+    # "running" is recorded when the wrapper starts the shell, which may not have run its
+    # first command yet: killed before `touch again`, the retry would sleep 30 s too (a CI
+    # run under load timed out here).
+    wait_until((box.work / "again").exists, 10, "the first attempt's marker")
     # A reboot takes the runner and the job with it, and no exit status is written.
     box.kill_runner_9()
     os.killpg(pid, 9)
