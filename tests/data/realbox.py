@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
@@ -106,20 +107,15 @@ def boot_id(new: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def env(**values: str | None) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
+    """Set (or, for None, unset) environment variables; the whole environment is restored
+    afterwards (unittest.mock.patch.dict does the saving and restoring)."""
+    with mock.patch.dict(os.environ):
+        for k, v in values.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        yield
 
 
 @contextlib.contextmanager
