@@ -1,0 +1,92 @@
+"""Issue 18's attacks on config, the SSH link and pulls, replayed against the real sshd."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuroom.tui.config import HostConfig
+from gpuroom.tui.transport.link import HostLink
+from gpuroom.tui.transport.pull import pull
+
+pytestmark = pytest.mark.sshd
+
+# Every character a shell, a glob or an option parser would read as something else: a file
+# named like this is still one file with this name, on every pull path.
+HOSTILE_NAMES = ("*.bin", "a.bin", "?.bin", "[ab].bin", "b.bin", "with space.bin",
+                 "quote'd \"both\".bin", "-leading-dash.bin", "--rsync-path=evil",
+                 "new\nline.bin", "$(touch pwned).bin")
+METHODS = ["sftp",
+           pytest.param("openssh", marks=pytest.mark.skipif(shutil.which("ssh") is None,
+                                                            reason="no OpenSSH client")),
+           pytest.param("rsync", marks=pytest.mark.skipif(shutil.which("rsync") is None,
+                                                          reason="rsync not installed"))]
+
+
+def _own(box: Any, root: Path) -> None:
+    uid, gid = box.identity.user.uid, box.identity.user.gid
+    for dirpath, dirs, names in os.walk(root):
+        for n in [dirpath, *(os.path.join(dirpath, x) for x in dirs + names)]:
+            os.lchown(n, uid, gid)
+
+
+@pytest.mark.attack("injection", "file names with * ? [ ] spaces quotes leading - newlines "
+                                 "pulled by sftp, openssh and rsync")
+@pytest.mark.parametrize("method", METHODS)
+async def test_hostile_file_names_travel_every_pull_path_intact(
+        sshd_box: Any, tmp_path: Path, method: str) -> None:
+    src = sshd_box.home / "ckpt_names"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "sub [x]").mkdir(parents=True)
+    want = {}
+    for i, name in enumerate(HOSTILE_NAMES):
+        rel = name if i % 2 else f"sub [x]/{name}"
+        want[rel] = f"{i}:{name}".encode() * (i + 1)
+        (src / rel).write_bytes(want[rel])
+    _own(sshd_box, src)
+    link = HostLink(HostConfig(name="box", ssh=sshd_box.alias), ssh_config=sshd_box.ssh_config)
+    try:
+        result = await pull(link, str(src), tmp_path / "out", method=method,
+                            state_path=tmp_path / "pulls.json", load_test_torch=False)
+    finally:
+        await link.close()
+    assert {f.path: f.status for f in result.files} == {rel: "verified" for rel in want}, \
+        [(f.path, f.detail) for f in result.files]
+    assert {f.via for f in result.files} == {method}
+    for rel, data in want.items():
+        assert (tmp_path / "out" / rel).read_bytes() == data
+    assert not list((tmp_path / "out").rglob("*.part"))
+    assert not (sshd_box.home / "pwned").exists()
+
+
+@pytest.mark.attack("faults", "a .part corrupted on the jump host, then the pull resumed")
+@pytest.mark.parametrize("method", METHODS)
+async def test_part_corrupted_here_is_reported_as_a_bad_local_part(
+        sshd_box: Any, tmp_path: Path, method: str) -> None:
+    src = sshd_box.home / "ckpt_rot"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    data = os.urandom(300_000)
+    (src / "model.bin").write_bytes(data)
+    _own(sshd_box, src)
+    out = tmp_path / "out"
+    out.mkdir()
+    # A pull stopped after 100 kB, then one byte of its .part rotted on this machine.
+    rotten = bytearray(data[:100_000])
+    rotten[5000] ^= 0xFF
+    (out / "model.bin.part").write_bytes(bytes(rotten))
+    link = HostLink(HostConfig(name="box", ssh=sshd_box.alias), ssh_config=sshd_box.ssh_config)
+    try:
+        result = await pull(link, str(src), out, method=method,
+                            state_path=tmp_path / "pulls.json", load_test_torch=False)
+    finally:
+        await link.close()
+    [fr] = result.files
+    assert result.ok and (out / "model.bin").read_bytes() == data
+    assert "file changed on the box" not in fr.detail, fr.detail
+    assert ".part kept here from an earlier pull did not match" in fr.detail, fr.detail
+    assert "unchanged on the box" in fr.detail, fr.detail
