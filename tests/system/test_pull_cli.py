@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import tomli_w
 
 from gpuroom.tui.cli.pull import EXIT_NOT_SAFE, add_cli
 from gpuroom.tui.cli.queue import add_cli as add_queue_cli
+from gpuroom.tui.transport import pull as transfer
 
 pytestmark = pytest.mark.sshd
 
@@ -97,4 +100,54 @@ def test_pull_report_of_a_hostile_file_name_is_inert(
                 assert "evilname.bin: " in captured.out, captured.out
         assert (tmp_path / "p" / "box" / jid / EVIL_NAME).read_bytes() == b"y" * 77
     finally:
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+BIG_JOB = ("import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'*.bin'),'wb')"
+           ".write(os.urandom(24<<20));open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],"
+           "'a.bin'),'wb').write(b'a'*5000)")
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
+def test_pull_says_where_files_went_and_an_error_starts_its_own_line(
+        sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    config = hosts_toml(sshd_box, tmp_path)
+    try:
+        jid = run_job_to_the_end(config, BIG_JOB, capsys)
+        # 1. The box dies mid-pull: the error is a line of its own, not glued to progress.
+        monkeypatch.setattr(transfer, "RSYNC_OPTIONS", ("--bwlimit=4m",))
+        part = tmp_path / "p" / "box" / jid / "*.bin.part"
+
+        def kill_when_half_way() -> None:
+            for _ in range(600):
+                if part.exists() and part.stat().st_size > 4 << 20:
+                    sshd_box.kill_all()
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_half_way)
+        killer.start()
+        rc = run("--config", str(config), "pull", "box", "--to", str(tmp_path / "p"),
+                 "--method", "rsync")
+        killer.join()
+        err = capsys.readouterr().err
+        assert rc == 1 and not sshd_box.alive, err
+        assert "\ngpuroom pull: box: " in err and "ETA" in err, repr(err)
+        sshd_box.start()
+        # 2. Resumed to the end: it says where the files went and how much really came.
+        monkeypatch.setattr(transfer, "RSYNC_OPTIONS", ())
+        assert run("--config", str(config), "pull", "box", "--to", str(tmp_path / "p"),
+                   "--method", "rsync") == 0
+        captured = capsys.readouterr()
+        dest = tmp_path / "p" / "box" / jid
+        assert f"{jid}: 2 file(s) verified in {dest}" in captured.out, captured.out
+        assert (dest / "*.bin").stat().st_size == 24 << 20
+        assert (dest / "a.bin").read_bytes() == b"a" * 5000
+        last = captured.err.rsplit("\r", 1)[-1]
+        assert last.startswith(f"{jid} 24MiB/24MiB "), repr(captured.err)
+    finally:
+        if not sshd_box.alive:
+            sshd_box.start()
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
