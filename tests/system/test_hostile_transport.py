@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.transport.link import HostLink
 from gpuroom.tui.transport.pull import pull
@@ -90,3 +92,21 @@ async def test_part_corrupted_here_is_reported_as_a_bad_local_part(
     assert "file changed on the box" not in fr.detail, fr.detail
     assert ".part kept here from an earlier pull did not match" in fr.detail, fr.detail
     assert "unchanged on the box" in fr.detail, fr.detail
+
+
+@pytest.mark.attack("bad configuration", "an ssh alias missing from ~/.ssh/config")
+def test_an_alias_missing_from_the_ssh_config_is_named_with_the_file(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: "[Errno -2] Name or service not known", naming neither alias nor file. The
+    # '+' makes the C library refuse the name itself, so no DNS query leaves this machine.
+    typo = f"{sshd_box.alias}+typo"
+    config = tmp_path / "hosts.toml"
+    config.write_text(f'[settings]\nssh_config = "{sshd_box.ssh_config}"\n'
+                      f'[hosts.box]\nssh = "{typo}"\n')
+    config.chmod(0o600)
+    assert main(["--config", str(config), "status", "--json"]) == 3
+    [host] = json.loads(capsys.readouterr().out)["hosts"]
+    error = host["error"]
+    assert f"cannot connect to {typo!r}: it is not a Host in {sshd_box.ssh_config}" in error, \
+        error
+    assert f"Fix: add 'Host {typo}'" in error, error

@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shlex
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,12 @@ from typing import Any, BinaryIO, Protocol
 import asyncssh
 
 from gpuroom.remote import SCHEMA
-from gpuroom.tui.config import HostConfig, check_alias
+from gpuroom.tui.config import (
+    HostConfig,
+    check_alias,
+    default_ssh_config_path,
+    ssh_config_aliases,
+)
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import snapshot_problems
@@ -260,6 +266,8 @@ class SshTransport:
             raise LinkError(host, f"ssh login to {alias!r} was refused ({exc.reason})",
                             fix=f"check User and IdentityFile for Host {alias} in your ssh "
                                 "config, or add the key to your agent (ssh-add)") from exc
+        except socket.gaierror as exc:
+            raise _unresolved(host, alias, ssh_config, exc) from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
                             fix="check that the box is up and the alias is right "
@@ -333,6 +341,25 @@ async def _cipher_preference(config: Any, alias: str) -> Any:
     if list(options.encryption_algs) != default:
         return ()  # () lets asyncssh take the config's own list
     return [alg.decode("ascii") for alg in _aes_gcm_first(default)]
+
+
+def _unresolved(host: str, alias: str, ssh_config: Path | None,
+                exc: socket.gaierror) -> LinkError:
+    """A name that does not resolve, said with the alias and the ssh config that was read:
+    a bare "[Errno -2] Name or service not known" names neither."""
+    path = ssh_config or default_ssh_config_path()
+    if alias in ssh_config_aliases(path):
+        return LinkError(host, f"cannot connect to {alias!r}: a host name for it in {path} "
+                               f"(its HostName, or a ProxyJump hop's) does not resolve "
+                               f"({exc.strerror})",
+                         fix=f"correct HostName under 'Host {alias}' in {path} "
+                             f"(ssh -G {alias} shows what ssh makes of it)")
+    read = f"it is not a Host in {path}" if path.is_file() else \
+        f"it has no Host block: the ssh config {path} does not exist"
+    return LinkError(host, f"cannot connect to {alias!r}: {read}, and as a host name it "
+                           f"does not resolve ({exc.strerror})",
+                     fix=f"add 'Host {alias}' with its HostName, User and Port to {path}, or "
+                         "set this host's ssh = in hosts.toml to a Host that file has")
 
 
 def _describe(exc: BaseException) -> str:
