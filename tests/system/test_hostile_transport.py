@@ -12,7 +12,7 @@ import pytest
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import HostConfig
-from gpuroom.tui.transport.link import HostLink
+from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import pull
 
 pytestmark = pytest.mark.sshd
@@ -110,3 +110,54 @@ def test_an_alias_missing_from_the_ssh_config_is_named_with_the_file(
     assert f"cannot connect to {typo!r}: it is not a Host in {sshd_box.ssh_config}" in error, \
         error
     assert f"Fix: add 'Host {typo}'" in error, error
+
+
+def _link(box: Any) -> HostLink:
+    return HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config)
+
+
+@pytest.mark.attack("faults", "the helper's place on the box cannot be written (a folder "
+                              "squats its name)")
+async def test_a_helper_that_cannot_be_replaced_says_which_file_and_which_error(
+        sshd_box: Any) -> None:
+    # Issue 18: "poll failed: Failure".
+    link = _link(sshd_box)
+    squatter = sshd_box.home / link.archive.remote_path
+    (squatter / "inside").mkdir(parents=True)
+    _own(sshd_box, sshd_box.home / ".gpuroom")
+    try:
+        with pytest.raises(LinkError) as caught:
+            await link.poll({})
+    finally:
+        await link.close()
+    text = str(caught.value)
+    helper = f"~/{link.archive.remote_path}"
+    assert f"cannot put the helper {helper} on the box: renaming ~/.gpuroom/bin/." in text, text
+    assert "SFTP error 4 (Failure)" in text and f"rm -rf {helper}" in text, text
+    assert [p.name for p in squatter.parent.iterdir()] == [squatter.name]  # no temp left
+
+
+@pytest.mark.attack("faults", "the helper on the box edited in place (tampered)")
+async def test_a_tampered_helper_is_replaced_and_said_once(sshd_box: Any) -> None:
+    link = _link(sshd_box)
+    helper = sshd_box.home / link.archive.remote_path
+    helper.parent.mkdir(parents=True)
+    helper.write_bytes(link.archive.data + b"\n# edited on the box\n")
+    _own(sshd_box, sshd_box.home / ".gpuroom")
+    try:
+        first = await link.poll({})
+        second = await link.poll({})
+    finally:
+        await link.close()
+    assert helper.read_bytes() == link.archive.data and link.uploads == 1
+    [note] = [e["error"] for e in first["errors"] if e["section"] == "helper"]
+    assert note.startswith(f"gpuroom replaced ~/{link.archive.remote_path}: it hashed to ")
+    assert "something on the box edited it" in note
+    assert not [e for e in second["errors"] if e["section"] == "helper"]
+    # A fresh link finds the right helper there: nothing to say.
+    again = _link(sshd_box)
+    try:
+        third = await again.poll({})
+    finally:
+        await again.close()
+    assert again.uploads == 0 and not [e for e in third["errors"] if e["section"] == "helper"]

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -76,6 +77,15 @@ class RemoteFileError(LinkError):
 
 class HostKeyError(LinkError):
     """The box's host key is unknown or changed: refused, never silently trusted."""
+
+
+class UploadError(Exception):
+    """Putting a file on the box failed: at which step (naming the file) and the error."""
+
+    def __init__(self, step: str, error: str) -> None:
+        super().__init__(f"{step} failed: {error}")
+        self.step = step
+        self.error = error
 
 
 @dataclass
@@ -200,13 +210,20 @@ class LocalTransport:
 
     async def put_file(self, rel_path: str, data: bytes) -> None:
         final = Path.home() / rel_path
-        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.tmp-{secrets.token_hex(4)}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        step = f"creating {final.parent}"
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            step = f"writing {tmp}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            step = f"renaming {tmp} to {final}"
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UploadError(step, exc.strerror or str(exc)) from exc
 
     async def open_serve(self, argv: list[str]) -> ServeChannel:
         proc = await asyncio.create_subprocess_exec(
@@ -292,15 +309,24 @@ class SshTransport:
         parent, _, name = rel_path.rpartition("/")
         tmp = f"{parent}/.{name}.tmp-{secrets.token_hex(4)}"
         async with self._conn.start_sftp_client() as sftp:
-            await sftp.makedirs(parent, exist_ok=True)
-            async with sftp.open(tmp, "wb") as f:
-                await f.write(data)
+            step = f"creating ~/{parent}"
             try:
-                await sftp.posix_rename(tmp, rel_path)
-            except asyncssh.SFTPError:
-                # Servers without the posix-rename extension: plain rename refuses to
-                # replace, which is what we want for a content-named file anyway.
-                await sftp.rename(tmp, rel_path)
+                await sftp.makedirs(parent, exist_ok=True)
+                step = f"writing ~/{tmp}"
+                async with sftp.open(tmp, "wb") as f:
+                    await f.write(data)
+                step = f"renaming ~/{tmp} to ~/{rel_path}"
+                try:
+                    await sftp.posix_rename(tmp, rel_path)
+                except asyncssh.SFTPOpUnsupported:
+                    # Servers without the posix-rename extension: plain rename refuses to
+                    # replace, which is what we want for a content-named file anyway.
+                    await sftp.rename(tmp, rel_path)
+            except asyncssh.SFTPError as exc:
+                with contextlib.suppress(asyncssh.Error):  # no temp file left behind
+                    await sftp.remove(tmp)
+                raise UploadError(step, f"SFTP error {exc.code} ({sanitize_line(exc.reason)})",
+                                  ) from exc
 
     async def open_serve(self, argv: list[str]) -> ServeChannel:
         proc = await self._conn.create_process(remote_command(argv), encoding=None)
@@ -456,6 +482,9 @@ class HostLink:
         self.output_cap = output_cap
         self.archive: HelperArchive = helper_archive()
         self.uploads = 0  # how many times this link wrote the helper to the box
+        # Set when the helper on the box did not match its name's hash and was replaced;
+        # the next poll's snapshot carries it in errors[] (once), then it is cleared.
+        self.replaced_note: str | None = None
         self._transport: Transport | None = None
         self._serve: ServeChannel | None = None
         # One connect at a time; one request at a time on the serve channel. Helper
@@ -525,10 +554,26 @@ class HostLink:
         if version < MIN_BOX_PYTHON:
             raise LinkError(self.name, f"the box's python3 is {'.'.join(map(str, version))}",
                             fix="gpuroom's helper needs Python 3.8 or newer on the box")
-        if info.get("sha") == self.archive.sha256:
+        found = info.get("sha")
+        if found == self.archive.sha256:
             return  # the same content is already there: reuse, never overwrite
-        await transport.put_file(self.archive.remote_path, self.archive.data)
+        helper = f"~/{self.archive.remote_path}"
+        try:
+            await transport.put_file(self.archive.remote_path, self.archive.data)
+        except UploadError as exc:
+            raise LinkError(self.name, f"cannot put the helper {helper} on the box: {exc}",
+                            fix=f"on the box, {helper} must be a plain file you own, or "
+                                f"absent, in a folder you can write (ls -la ~/.gpuroom/bin; "
+                                f"rm -rf {helper}; df -h ~), then poll again (r)") from exc
         self.uploads += 1
+        if found is not None:
+            # A file under the helper's content-derived name with other content: something
+            # on the box wrote it. Said once, in the next snapshot's errors[].
+            what = found if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{64}", found) \
+                else "something else"
+            self.replaced_note = (f"gpuroom replaced {helper}: it hashed to {what}, not the "
+                                  f"{self.archive.sha256} its name says; something on the box "
+                                  "edited it (check what else runs as this user there)")
         after = await self._check(transport)
         if after.get("sha") != self.archive.sha256:
             raise LinkError(self.name, f"the helper on the box hashes to {after.get('sha')}, "
@@ -543,7 +588,12 @@ class HostLink:
         request = request or {}
         async with self._serve_lock:
             try:
-                return await asyncio.wait_for(self._poll(request), self._poll_deadline())
+                snapshot = await asyncio.wait_for(self._poll(request), self._poll_deadline())
+                note, self.replaced_note = self.replaced_note, None
+                if note is not None:
+                    snapshot["errors"] = [*snapshot.get("errors", []),
+                                          {"section": "helper", "error": note}]
+                return snapshot
             except LinkError:
                 await self._drop()
                 raise
