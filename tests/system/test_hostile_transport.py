@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import HostConfig
-from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.link import REQUEST_TIMEOUT_S, HostLink, LinkError
 from gpuroom.tui.transport.pull import pull
 
 pytestmark = pytest.mark.sshd
@@ -161,3 +162,27 @@ async def test_a_tampered_helper_is_replaced_and_said_once(sshd_box: Any) -> Non
     finally:
         await again.close()
     assert again.uploads == 0 and not [e for e in third["errors"] if e["section"] == "helper"]
+
+
+@pytest.mark.attack("bad answers", "a helper that hangs on the first poll of a connection")
+def test_status_on_a_hung_helper_answers_within_the_request_deadline(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: the first poll of a connection allowed connect + login + request budgets
+    # together, so a helper that hangs took 45 s to report. The interpreter here is the real
+    # python3 for everything but the helper itself, which never answers.
+    hang = sshd_box.home / "python-whose-helper-hangs"
+    hang.write_text('#!/bin/sh\ncase "$1" in *.pyz) exec sleep 600;; esac\n'
+                    'exec python3 "$@"\n')
+    hang.chmod(0o755)
+    config = tmp_path / "hosts.toml"
+    config.write_text(f'[settings]\nssh_config = "{sshd_box.ssh_config}"\n'
+                      f'[hosts.box]\nssh = "{sshd_box.alias}"\npython = "{hang}"\n')
+    config.chmod(0o600)
+    started = time.monotonic()
+    assert main(["--config", str(config), "status", "--json"]) == 3
+    took = time.monotonic() - started
+    [host] = json.loads(capsys.readouterr().out)["hosts"]
+    # The request deadline is REQUEST_TIMEOUT_S whether or not the poll also connected; the
+    # connect itself (loopback, the helper already uploaded or not) takes well under 5 s.
+    assert f"no answer within {REQUEST_TIMEOUT_S:.0f} s from the helper" in host["error"], host
+    assert took < REQUEST_TIMEOUT_S + 5.0, took

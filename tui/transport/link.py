@@ -529,7 +529,14 @@ class HostLink:
 
     async def _check(self, transport: Transport) -> dict[str, Any]:
         argv = [transport.python, "-c", _CHECK_SNIPPET, self.archive.remote_path]
-        result = await transport.exec(argv, stdin=None, cap=1 << 16)
+        try:
+            result = await asyncio.wait_for(transport.exec(argv, stdin=None, cap=1 << 16),
+                                            self.request_timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise LinkError(self.name, f"{transport.python} on the box did not answer within "
+                            f"{self.request_timeout_s:.0f} s (hashing the helper)",
+                            fix=f"run {transport.python} -c 1 on the box: a wrapper or a full "
+                                "disk may hang it") from None
         if result.rc == 127 or b"not found" in result.stderr:
             raise LinkError(self.name, f"the box has no {transport.python} on PATH",
                             fix="install Python 3.8 or newer on the box (apt-get install -y "
@@ -587,8 +594,14 @@ class HostLink:
         """One probe document, or LinkError; on any failure the transport is dropped."""
         request = request or {}
         async with self._serve_lock:
+            # Two deadlines, one per phase: connecting (and putting the helper there) has its
+            # own, and the request has request_timeout_s whether or not this poll connected,
+            # so a hung helper is reported as fast on a fresh connection as on an old one.
+            phase, deadline = "while connecting", self._connect_deadline()
             try:
-                snapshot = await asyncio.wait_for(self._poll(request), self._poll_deadline())
+                transport = await asyncio.wait_for(self._connect(), deadline)
+                phase, deadline = "from the helper", self.request_timeout_s
+                snapshot = await asyncio.wait_for(self._poll(transport, request), deadline)
                 note, self.replaced_note = self.replaced_note, None
                 if note is not None:
                     snapshot["errors"] = [*snapshot.get("errors", []),
@@ -602,20 +615,18 @@ class HostLink:
                 raise
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 await self._drop()
-                raise LinkError(self.name, f"no answer within {self._poll_deadline():.0f} s",
+                raise LinkError(self.name, f"no answer within {deadline:.0f} s {phase}",
                                 fix="the box or the link is overloaded or gone; "
                                     "gpuroom keeps retrying") from exc
             except (OSError, EOFError, OverflowError, ValueError, asyncssh.Error) as exc:
                 await self._drop()
                 raise LinkError(self.name, f"poll failed: {_describe(exc)}") from exc
 
-    def _poll_deadline(self) -> float:
-        # The first poll of a connection also connects and maybe uploads the helper.
-        extra = 0.0 if self._transport else CONNECT_TIMEOUT_S + LOGIN_TIMEOUT_S + 10.0
-        return self.request_timeout_s + extra
+    def _connect_deadline(self) -> float:
+        """Connect, log in, check and maybe upload the helper: a budget apart from requests."""
+        return CONNECT_TIMEOUT_S + LOGIN_TIMEOUT_S + 10.0
 
-    async def _poll(self, request: dict[str, Any]) -> dict[str, Any]:
-        transport = await self._connect()
+    async def _poll(self, transport: Transport, request: dict[str, Any]) -> dict[str, Any]:
         if self.mode == "serve":
             if self._serve is None:
                 self._serve = await transport.open_serve(self.helper_argv(transport, "serve"))
@@ -638,7 +649,7 @@ class HostLink:
                      timeout_s: float = 60.0, cap: int = OUTPUT_CAP_BYTES) -> ExecResult:
         """Run one helper subcommand on the box (queue add, kill, manifest ...)."""
         try:
-            transport = await asyncio.wait_for(self._connect(), self._poll_deadline())
+            transport = await asyncio.wait_for(self._connect(), self._connect_deadline())
             return await asyncio.wait_for(
                 transport.exec(self.helper_argv(transport, *args), stdin=stdin, cap=cap),
                 timeout_s)
@@ -761,7 +772,7 @@ class _SftpSource:
 
 
 async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
-    transport = await asyncio.wait_for(link._connect(), link._poll_deadline())
+    transport = await asyncio.wait_for(link._connect(), link._connect_deadline())
     if isinstance(transport, SshTransport):
         sftp = await transport._conn.start_sftp_client()
         # One SFTP request per read where the server takes PULL_BLOCK_BYTES in one (its
