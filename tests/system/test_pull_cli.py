@@ -38,6 +38,7 @@ def hosts_toml(sshd_box: Any, tmp_path: Path) -> Path:
     config = tmp_path / "hosts.toml"
     config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
                                       "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    config.chmod(0o600)  # as gpuroom writes it: no "others can read it" warning in stderr
     return config
 
 
@@ -149,3 +150,15 @@ def test_pull_says_where_files_went_and_an_error_starts_its_own_line(
     assert (dest / "a.bin").read_bytes() == b"a" * 5000
     last = captured.err.rsplit("\r", 1)[-1]
     assert last.startswith(f"{jid} 24MiB/24MiB "), repr(captured.err)
+
+
+def test_pull_of_only_empty_files_shows_no_zero_progress(
+        box_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 17: the progress line read "0/0" when nothing had bytes to move.
+    jid = run_job_to_the_end(box_config, "import os;open(os.path.join(os.environ["
+                                         "'GPUROOM_CKPT_DIR'],'empty.bin'),'wb').close()", capsys)
+    assert run("--config", str(box_config), "pull", "box", "--to", str(tmp_path / "p")) == 0
+    captured = capsys.readouterr()
+    assert "0B/0B" not in captured.err, repr(captured.err)
+    assert f"{jid}: 1 file(s) verified in {tmp_path / 'p' / 'box' / jid} (0B received)" in \
+        captured.out, captured.out

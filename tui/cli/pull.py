@@ -66,8 +66,8 @@ class _ProgressLine:
 
     def show(self, jid: str, p: Progress) -> None:
         now = time.monotonic()
-        if now - self._last < PROGRESS_EVERY_S and p.done < p.total:
-            return
+        if not p.total or (now - self._last < PROGRESS_EVERY_S and p.done < p.total):
+            return  # nothing to move (only empty files) is said by the report, not "0B/0B"
         self._last = now
         self._open = True
         print(f"\r{sanitize_line(jid)} {fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}   ",
