@@ -113,6 +113,8 @@ BIG_JOB = ("import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'*.bin'),
            "'a.bin'),'wb').write(b'a'*5000)")
 
 
+@pytest.mark.attack("faults", "the box dies mid-pull (rsync): the error on its own line, "
+                              "then a resume")
 @pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")
 def test_pull_says_where_files_went_and_an_error_starts_its_own_line(
         box_config: Path, sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
