@@ -150,29 +150,37 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         config.hosts[args.name] = cfg.HostConfig(name=args.name, ssh=alias, profile=args.profile,
                                                  price_per_hour=args.price)
-        cfg.save(config)
-        print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}")
+        print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}"
+              f"{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "remove":
         if config.hosts.pop(args.name, None) is None:
             print(f"gpuroom: no host {args.name!r} in {config.path}", file=sys.stderr)
             return EXIT_USAGE
-        cfg.save(config)
-        print(f"removed {args.name}")
+        print(f"removed {args.name} from {config.path}{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "import":
         ssh_config = Path(args.ssh_config).expanduser() if args.ssh_config else \
             config.ssh_config_path()
+        if not ssh_config.is_file():
+            raise cfg.ConfigError(f"no ssh config to import from: {ssh_config} does not exist",
+                                  "write your boxes there as 'Host NAME' blocks (HostName, "
+                                  "User, Port), or give --ssh-config PATH")
         added = []
         for alias in cfg.ssh_config_aliases(ssh_config):
             if alias in config.hosts or cfg.check_alias(alias):
                 continue
             config.hosts[alias] = cfg.HostConfig(name=alias, ssh=alias)
             added.append(alias)
-        cfg.save(config)
-        print(f"imported {len(added)} host(s) from {ssh_config}: {', '.join(added) or '-'}")
+        backup = cfg.save(config) if added else None
+        print(f"imported {len(added)} host(s) from {ssh_config}: {', '.join(added) or '-'}"
+              f"{_backed_up(backup)}")
         return EXIT_OK
     return EXIT_USAGE
+
+
+def _backed_up(backup: Path | None) -> str:
+    return f" (the previous file is kept as {backup})" if backup is not None else ""
 
 
 def cmd_room(args: argparse.Namespace) -> int:

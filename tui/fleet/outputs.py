@@ -15,6 +15,7 @@ import platformdirs
 
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job, read_queue_view, read_snapshot, with_jobs
@@ -85,11 +86,18 @@ async def check_gate(link: HostLink) -> GateResult:
 
 
 def result_lines(jid: str, result: PullResult) -> list[str]:
-    """What a pull of one job did, a line per file, for the CLI and the room. Inert: file
-    names, reasons and errors in them are the box's."""
+    """What a pull of one job did: where its files went, then a line per file, for the CLI
+    and the room. Inert: file names, reasons and errors in them are the box's."""
     if not result.files and (result.manifest_reason or "").startswith("not a dir"):
         return [sanitize_line(f"{jid}: nothing to pull ({result.manifest_reason})")]
-    lines = [f"{jid}/{f.path}: {f.status}"
+    verified = sum(f.status == "verified" for f in result.files)
+    counted = f"{verified} file(s)" if verified == len(result.files) else \
+        f"{verified} of {len(result.files)} file(s)"
+    # Where the files went and what really crossed the wire (resumed and verified bytes
+    # already here do not count).
+    lines = [f"{jid}: {counted} verified in {result.local_dir} "
+             f"({fmt_bytes(result.bytes_transferred)} received)"]
+    lines += [f"{jid}/{f.path}: {f.status}"
              f"{' by ' + f.verified_by if f.verified_by else ''}"
              f"{': ' + f.detail if f.detail else ''}" for f in result.files]
     if result.note:
