@@ -190,7 +190,9 @@ def cmd_room(args: argparse.Namespace) -> int:
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
-                     notify_command=config.settings.notify_command, warnings=config.warnings)
+                     notify_command=config.settings.notify_command,
+                     notify_url=config.settings.notify_url,
+                     renotify_s=config.settings.renotify_s, warnings=config.warnings)
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
