@@ -315,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
+    from gpuroom.tui.cli.export import add_cli as add_export_cli
+
+    add_export_cli(sub)
+    from gpuroom.tui.cli.web import add_cli as add_web_cli
+
+    add_web_cli(sub)
     return parser
 
 

@@ -1,0 +1,47 @@
+"""The test sshd's box with a GPU: an interpreter path for hosts.toml's ``python`` that runs
+the box's python3 with the nvidia-smi replay in its environment (tests/fakes), found the way a
+box finds it: by $GPUROOM_NVIDIA_SMI. Everything it needs is copied into the test user's
+home, so the box reads nothing of the jump host's checkout."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fakes import NVIDIA_SMI
+
+# A GPU table with two cards, and the plain table listing their processes
+# (--query-compute-apps has no capture, so the helper falls back to it).
+SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
+                "nvsmi_table/driver460-gtx1080-with-processes.txt")
+
+
+@contextmanager
+def gpu_python(sshd_box: Any, fixtures: Path, name: str,
+               captures: Sequence[str] = SMI_CAPTURES) -> Iterator[Path]:
+    user = pwd.getpwnam(sshd_box.user)
+    root = sshd_box.home / name
+    shutil.rmtree(root, ignore_errors=True)
+    for rel in captures:
+        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
+    shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
+    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
+           "GPUROOM_FAKE_NVSMI": ":".join(captures),
+           "GPUROOM_FIXTURES": str(root / "fixtures")}
+    wrapper = root / "python3"
+    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
+                       f"os.environ.update({env!r})\n"
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
+    wrapper.chmod(0o755)
+    for path in (root, *root.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    try:
+        yield wrapper
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

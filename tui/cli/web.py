@@ -1,0 +1,49 @@
+"""`gpuroom web`: the same room in a browser, served by textual-serve.
+
+textual-serve starts one room per browser tab (``gpuroom`` with this config, as a process of
+its own) and relays its screen over a websocket. Loopback unless ``--allow-remote``: whoever
+reaches the page has the room's keys (kill, teardown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuroom.tui.cli.listen import parse_listen, remote_notice
+from gpuroom.tui.cli.load import load_config
+
+
+def room_command(config_path: Path) -> str:
+    """The command textual-serve runs per tab, quoted once (it hands it to a shell)."""
+    return shlex.join([sys.executable, "-m", "gpuroom.tui.cli.main", "--config",
+                       str(config_path)])
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    from textual_serve.server import Server
+
+    host, port = parse_listen(args.listen, allow_remote=args.allow_remote)
+    config = load_config(args)  # a bad config is said here, not in each tab
+    notice = remote_notice(host)
+    if notice:
+        print(f"gpuroom web: {notice}", file=sys.stderr, flush=True)
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{port}"
+    print(f"gpuroom web: serving the room at {url} ({len(config.effective_hosts())} host(s))",
+          flush=True)
+    Server(room_command(config.path), host=host, port=port, title="gpuroom",
+           public_url=url).serve()
+    return 0
+
+
+def add_cli(sub: Any) -> None:
+    p = sub.add_parser("web", help="serve the room in a browser (textual-serve)")
+    p.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:8000, loopback)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --listen address (no authentication)")
+    p.set_defaults(func=cmd_web)
