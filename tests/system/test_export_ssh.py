@@ -28,6 +28,7 @@ def box_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
             "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
             "hosts": {"box": {"ssh": sshd_box.alias, "python": str(python),
                               "price_per_hour": 2.5}}}).encode())
+        path.chmod(0o600)
         yield path
 
 

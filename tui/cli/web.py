@@ -17,10 +17,11 @@ from gpuroom.tui.cli.listen import parse_listen, remote_notice
 from gpuroom.tui.cli.load import load_config
 
 
-def room_command(config_path: Path) -> str:
-    """The command textual-serve runs per tab, quoted once (it hands it to a shell)."""
-    return shlex.join([sys.executable, "-m", "gpuroom.tui.cli.main", "--config",
-                       str(config_path)])
+def room_command(config_path: Path | None) -> str:
+    """The command textual-serve runs per tab, quoted once (it hands it to a shell). With no
+    config file the room shows this machine, as ``gpuroom`` does."""
+    config = ["--config", str(config_path)] if config_path is not None else []
+    return shlex.join([sys.executable, "-m", "gpuroom.tui.cli.main", *config])
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -35,8 +36,8 @@ def cmd_web(args: argparse.Namespace) -> int:
     url = f"http://{url_host}:{port}"
     print(f"gpuroom web: serving the room at {url} ({len(config.effective_hosts())} host(s))",
           flush=True)
-    Server(room_command(config.path), host=host, port=port, title="gpuroom",
-           public_url=url).serve()
+    command = room_command(config.path if config.path.exists() else None)
+    Server(command, host=host, port=port, title="gpuroom", public_url=url).serve()
     return 0
 
 
