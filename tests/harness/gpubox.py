@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from fakes import NVIDIA_SMI
 
 # A GPU table with two cards, and the plain table listing their processes
@@ -45,3 +46,18 @@ def gpu_python(sshd_box: Any, fixtures: Path, name: str,
         yield wrapper
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def gpu_box_config(sshd_box: Any, fixtures: Path, tmp_path: Path, host: str, *,
+                   poll_interval_s: float = 0.5, price_per_hour: float = 2.5) -> Iterator[Path]:
+    """A hosts.toml (0600) naming the GPU box ``host``: the room and the verbs read it."""
+    with gpu_python(sshd_box, fixtures, f"gpuroom-{host}-test") as python:
+        path = tmp_path / "hosts.toml"
+        path.write_bytes(tomli_w.dumps({
+            "settings": {"ssh_config": str(sshd_box.ssh_config),
+                         "poll_interval_s": poll_interval_s},
+            "hosts": {host: {"ssh": sshd_box.alias, "python": str(python),
+                             "price_per_hour": price_per_hour}}}).encode())
+        path.chmod(0o600)
+        yield path

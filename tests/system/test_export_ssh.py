@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
 from harness import gpubox
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,13 +21,7 @@ WAIT_S = 60.0
 
 @pytest.fixture
 def box_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
-    with gpubox.gpu_python(sshd_box, fixtures, "gpuroom-export-test") as python:
-        path = tmp_path / "hosts.toml"
-        path.write_bytes(tomli_w.dumps({
-            "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
-            "hosts": {"box": {"ssh": sshd_box.alias, "python": str(python),
-                              "price_per_hour": 2.5}}}).encode())
-        path.chmod(0o600)
+    with gpubox.gpu_box_config(sshd_box, fixtures, tmp_path, "box") as path:
         yield path
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
 from harness import gpubox
 from paths import ROOT
 
@@ -79,13 +78,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def web_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
-    with gpubox.gpu_python(sshd_box, fixtures, "gpuroom-web-test") as python:
-        path = tmp_path / "hosts.toml"
-        path.write_bytes(tomli_w.dumps({
-            "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 1.0},
-            "hosts": {"webbox": {"ssh": sshd_box.alias, "python": str(python),
-                                 "price_per_hour": 1.5}}}).encode())
-        path.chmod(0o600)
+    with gpubox.gpu_box_config(sshd_box, fixtures, tmp_path, "webbox", poll_interval_s=1.0,
+                               price_per_hour=1.5) as path:
         yield path
 
 

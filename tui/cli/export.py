@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from gpuroom.tui import config as cfg
-from gpuroom.tui.cli.listen import ListenError, parse_listen, remote_notice
+from gpuroom.tui.cli.listen import ListenError, add_listen_args, parse_listen, remote_notice
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.metrics import Family, KernelCounts, fleet_families
@@ -67,6 +67,10 @@ class Exporter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def drain(self) -> None:
+        """Wait for the alerts being sent."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def _send(self, alert: Alert) -> None:
         if self.settings.notify_url:
             try:
@@ -117,10 +121,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     p = sub.add_parser("export", help="serve the fleet as Prometheus metrics (docs/METRICS.md)")
-    p.add_argument("--listen", default="127.0.0.1:9108", metavar="HOST:PORT",
-                   help="address to serve /metrics on (default 127.0.0.1:9108, loopback)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback --listen address (no authentication)")
+    add_listen_args(p, "127.0.0.1:9108", "/metrics")
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until ctrl+c)")
     p.set_defaults(func=cmd_export)

@@ -4,6 +4,7 @@ in ``web`` the room's keys, are for whoever can reach the address)."""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 from typing import ClassVar
 
@@ -42,3 +43,10 @@ def remote_notice(host: str) -> str | None:
         return None
     return (f"warning: listening on {host}, reachable from other machines (--allow-remote); "
             "there is no authentication")
+
+
+def add_listen_args(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    parser.add_argument("--listen", default=default, metavar="HOST:PORT",
+                        help=f"address to serve {what} on (default {default}, loopback)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a non-loopback --listen address (no authentication)")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuroom.tui.cli.listen import parse_listen, remote_notice
+from gpuroom.tui.cli.listen import add_listen_args, parse_listen, remote_notice
 from gpuroom.tui.cli.load import load_config
 
 
@@ -43,8 +43,5 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     p = sub.add_parser("web", help="serve the room in a browser (textual-serve)")
-    p.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT",
-                   help="address to serve on (default 127.0.0.1:8000, loopback)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a non-loopback --listen address (no authentication)")
+    add_listen_args(p, "127.0.0.1:8000", "the room")
     p.set_defaults(func=cmd_web)
