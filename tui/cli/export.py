@@ -24,7 +24,7 @@ from gpuroom.tui.rules.alerts import Alert
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.metrics_http import FleetCollector, MetricsServer
-from gpuroom.tui.transport.notify_http import NotifyError, post_alert
+from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 
 NOTIFY_TIMEOUT_S = 30.0
 
@@ -43,6 +43,8 @@ class Exporter:
         self.kernel = KernelCounts()
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        url = config.settings.notify_url
+        self.notifier = UrlNotifier(url) if url else None
 
     def families(self) -> list[Family]:
         now = self.clock()
@@ -72,9 +74,9 @@ class Exporter:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _send(self, alert: Alert) -> None:
-        if self.settings.notify_url:
+        if self.notifier is not None:
             try:
-                await post_alert(self.settings.notify_url, alert.to_json())
+                await self.notifier.send(alert.to_json())
             except NotifyError as exc:
                 _say(f"warning: {exc}")
         if self.settings.notify_command:

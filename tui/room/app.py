@@ -60,7 +60,7 @@ from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.interactive import run_interactive_ssh
-from gpuroom.tui.transport.notify_http import NotifyError, post_alert
+from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -158,7 +158,7 @@ class GpuroomApp(App[None]):
         self._spawn = spawn
         self._bell = bell
         self._notify_command = list(notify_command) if notify_command else None
-        self._notify_url = notify_url
+        self._notifier = UrlNotifier(notify_url) if notify_url else None
         self._warnings = list(warnings or ())  # said once the room is up (stderr is hidden)
         self.findings_watch = FleetWatch(renotify_s)
         self._fleet_timer: Timer | None = None
@@ -279,13 +279,13 @@ class GpuroomApp(App[None]):
         for alert in fresh:
             if self._notify_command:
                 self._run_notify(alert.line)
-            if self._notify_url:
-                self._post_notify(alert)
+            if self._notifier is not None:
+                self._post_notify(self._notifier, alert)
 
     @work(group="notify")
-    async def _post_notify(self, alert: Alert) -> None:
+    async def _post_notify(self, notifier: UrlNotifier, alert: Alert) -> None:
         try:
-            await post_alert(self._notify_url or "", alert.to_json())
+            await notifier.send(alert.to_json())
         except NotifyError as exc:
             self.notify(str(exc), severity="warning")
 

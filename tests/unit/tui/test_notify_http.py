@@ -3,12 +3,13 @@ and their bound, a refusal not retried, and a URL token never shown in an error.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
 from harness.webhook import webhook
 
-from gpuroom.tui.transport.notify_http import NotifyError, post_alert
+from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier, post_alert
 
 ALERT = {"host": "box", "id": "U7", "severity": "critical", "text": "/data: inodes 100 % used",
          "fix": "delete files"}
@@ -66,3 +67,23 @@ async def test_nothing_listening_is_a_bounded_error() -> None:
     with pytest.raises(NotifyError, match="not delivered after 2 attempt"):
         await post_alert(f"http://127.0.0.1:{port}/t", ALERT, attempts=2, timeout_s=2,
                          sleep=_no_sleep)
+
+
+@pytest.mark.attack("faults", "notify_url's server accepts the connection and never answers")
+async def test_a_server_that_never_answers_is_bounded_and_alerts_beyond_the_bound_dropped(
+        ) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # the kernel accepts; nobody reads or answers
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/t"
+        notifier = UrlNotifier(url, max_pending=1, attempts=2, timeout_s=1, sleep=_no_sleep)
+        first = asyncio.create_task(notifier.send(ALERT))
+        for _ in range(1000):
+            if notifier.pending:
+                break
+            await asyncio.sleep(0)
+        with pytest.raises(NotifyError, match="was dropped"):
+            await notifier.send({**ALERT, "host": "other"})
+        with pytest.raises(NotifyError, match=r"after 2 attempt\(s\) \(timed out"):
+            await asyncio.wait_for(first, 30)
+    assert notifier.pending == 0
