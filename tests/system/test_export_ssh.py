@@ -29,7 +29,8 @@ def _start(config: Path, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     return subprocess.Popen(
         [sys.executable, "-m", "gpuroom.tui.cli.main", "--config", str(config), "export",
-         *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         *args], stdout=subprocess.PIPE, stderr=(tmp_path / "export.err").open("w"), text=True,
+        env=env)
 
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -90,6 +91,7 @@ def test_a_non_loopback_listen_needs_allow_remote(tmp_path: Path) -> None:
     config = tmp_path / "hosts.toml"
     config.write_text("")
     proc = _start(config, tmp_path, "--listen", "0.0.0.0:0")
-    out, err = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=60)
+    err = (tmp_path / "export.err").read_text()
     assert proc.returncode == 2, (out, err)
     assert "not a loopback address" in err and "--allow-remote" in err

@@ -76,6 +76,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture
 def web_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
     with gpubox.gpu_box_config(sshd_box, fixtures, tmp_path, "webbox", poll_interval_s=1.0,
@@ -93,16 +98,16 @@ def test_the_room_in_a_headless_chromium_shows_the_box(web_config: Path,
     # Its own session, so the rooms textual-serve starts per tab end with it.
     web = subprocess.Popen(
         [sys.executable, "-m", "gpuroom.tui.cli.main", "--config", str(web_config), "web",
-         "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
-        stderr=(tmp_path / "web.err").open("w"), text=True, env=env, start_new_session=True)
+         "--listen", f"127.0.0.1:{port}"], stdout=(tmp_path / "web.out").open("w"),
+        stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     try:
-        assert web.stdout is not None
-        line = web.stdout.readline()
-        assert line.startswith(f"gpuroom web: serving the room at http://127.0.0.1:{port}"), line
         deadline = time.monotonic() + WAIT_S
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.monotonic() < deadline and web.poll() is None, "web did not listen"
+        while not _listening(port):
+            said = (tmp_path / "web.out").read_text()
+            assert time.monotonic() < deadline and web.poll() is None, said
             time.sleep(0.2)
+        said = (tmp_path / "web.out").read_text()
+        assert said.startswith(f"gpuroom web: serving the room at http://127.0.0.1:{port}"), said
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
                                {"source": TAP_WEBSOCKET})
         driver.get(f"http://127.0.0.1:{port}/")
