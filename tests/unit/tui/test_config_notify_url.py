@@ -29,3 +29,12 @@ def test_a_bad_notify_url_is_a_config_error_with_a_fix(tmp_path: Path, value: st
         _load(tmp_path, f"notify_url = {value}")
     assert "[settings] notify_url" in str(err.value)
     assert "ntfy.sh" in (err.value.fix or "")
+
+
+def test_hosts_add_keeps_notify_url_and_renotify_s(tmp_path: Path) -> None:
+    config = _load(tmp_path, '# mine\nnotify_url = "https://ntfy.sh/t"\nrenotify_s = 600')
+    config.hosts["b"] = cfg.HostConfig(name="b", ssh="b")
+    cfg.save(config)
+    again = cfg.load(config.path)
+    assert (again.settings.notify_url, again.settings.renotify_s) == ("https://ntfy.sh/t", 600.0)
+    assert "# mine" in config.path.read_text()
