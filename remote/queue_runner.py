@@ -42,6 +42,7 @@ from .queue_events import (
     EventReader,
     EventWriter,
     State,
+    WriteFailed,
     current_attempt,
     fold,
     iter_active,
@@ -55,6 +56,7 @@ POLL_S = 0.2  # bounded sleep between ticks: requests and exits are seen within 
 LOCK_RETRY_S = 1.0  # a status probe holds runner.lock (shared) for microseconds
 GPU_INVENTORY_TTL_S = 2.0  # NVML is not free; ask at most this often
 STATUS_EVERY_S = 2.0
+MAX_BACKOFF_S = 5.0  # a failing tick (a full disk) is retried at least this often
 KILL_REAP_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
 
 
@@ -436,14 +438,18 @@ class Runner:
         self.syncing: Dict[str, threading.Thread] = {}
         self.sync_results: queue_mod.Queue[Tuple[str, Dict[str, Any]]] = queue_mod.Queue()
         self.blocked: Dict[str, str] = {}
+        self.write_error: Optional[str] = None  # the last failed write, until one succeeds
         self.last_status = 0.0
         self.started_at = time.time()
 
     # ----- plumbing
     def log(self, msg: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        sys.stderr.write(f"{stamp} runner[{os.getpid()}] {msg}\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(f"{stamp} runner[{os.getpid()}] {msg}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # runner.log on a full disk: the status file says what matters
 
     def refresh(self) -> None:
         self.reader.refresh()
@@ -496,17 +502,25 @@ class Runner:
         if not force and now - self.last_status < STATUS_EVERY_S:
             return
         self.last_status = now
-        _atomic_json(os.path.join(self.qdir, RUNNER_STATUS), {
-            "pid": os.getpid(), "boot_id": self.boot_id, "started": self.started_at,
-            "heartbeat": now, "blocked": dict(self.blocked),
-            "active": sorted(self.active),
-        })
+        doc = {"pid": os.getpid(), "boot_id": self.boot_id, "started": self.started_at,
+               "heartbeat": now, "blocked": dict(self.blocked), "active": sorted(self.active),
+               "write_error": self.write_error}
+        path = os.path.join(self.qdir, RUNNER_STATUS)
+        try:
+            _atomic_json(path, doc)
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            # A full disk or inode table refuses the temporary file; the status is how the
+            # user learns of it, so it is rewritten in place, in the blocks it already has.
+            doc["write_error"] = self.write_error or _describe(exc)
+            _rewrite_in_place(path, doc)
 
     # ----- recovery (GEN6)
     def recover(self) -> None:
         for job in list(iter_active(self.state)):
             attempt = current_attempt(job)
-            if attempt is None:
+            if attempt is None or job["id"] in self.active:
                 continue
             self.recover_one(job, attempt)
 
@@ -815,18 +829,48 @@ class Runner:
                         (j.get("sync") or {}).get("state") == "pending"
                         for j in self.state["jobs"].values()))
 
+    def tick(self) -> None:
+        if self.write_error is not None:
+            # A write failed mid-tick (an event cut back): what it left half-recorded (a
+            # launch without its "started", an exit not recorded) is picked up the way a new
+            # runner picks up after a crash, for the jobs this runner does not watch.
+            self.refresh()
+            self.recover()
+        self.refresh()
+        self.handle_requests()
+        self.check_active()
+        self.handle_syncs()
+        self.launch_ready()
+        self.write_status(force=self.write_error is not None)
+
     def run(self) -> int:
         self.refresh()
         self.log(f"runner for queue {self.queue} (boot {self.boot_id}) up")
         self.recover()
         idle_since: Optional[float] = None
+        backoff = self.poll_s
         while True:
-            self.refresh()
-            self.handle_requests()
-            self.check_active()
-            self.handle_syncs()
-            self.launch_ready()
-            self.write_status()
+            try:
+                self.tick()
+                if self.write_error is not None:
+                    self.log("writes work again")
+                    self.write_error = None
+                    self.write_status(force=True)
+                backoff = self.poll_s
+            except Exception as exc:  # the runner is the queue: it never dies
+                # (issue 18) A full disk, or anything a job wrote into the queue's files that
+                # got past the fold: said in runner.json and the log, retried with a backoff.
+                why = _describe(exc)
+                if why != self.write_error:
+                    self.log(f"tick failed, retrying with a backoff: {why}")
+                self.write_error = why
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                try:
+                    self.write_status(force=True)
+                except Exception:  # nothing more to tell it with
+                    pass
+                time.sleep(backoff)
+                continue
             if self.has_work():
                 idle_since = None
             else:
@@ -848,11 +892,38 @@ class Runner:
             if self.has_work():
                 return False
             self.log(f"queue idle for {self.idle_exit_s():.1f}s: exiting")
-            self.write_status(force=True)
+            try:
+                self.write_status(force=True)
+            except OSError:
+                pass  # leaving anyway: the lock, not this file, says whether a runner lives
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
             return True
         finally:
             self.writer.unlock()
+
+
+def _disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, WriteFailed):
+        return exc.describe()
+    if _disk_full(exc):
+        assert isinstance(exc, OSError)
+        return (f"{exc.filename or 'a queue file'}: {exc.strerror} "
+                f"({errno.errorcode.get(exc.errno or 0, '')}); free space (df -h; df -i)")
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _rewrite_in_place(path: str, doc: Dict[str, Any]) -> None:
+    data = json.dumps(doc).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def _status_from_returncode(rc: int) -> Dict[str, Any]:

@@ -1,0 +1,243 @@
+"""Issue 18 items 1-3 against the box's queue: hostile text in its events, wrongly typed
+events, and a full filesystem (a real small tmpfs: bytes and inodes), through the real CLI
+and runner processes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.queuebox import Box, alive, wait_until
+
+from gpuroom.remote.queue import queue_view
+from gpuroom.remote.queue_events import EventWriter, read_events
+
+PAGE = 4096
+
+# What a job on the box can write into the exit fields: OSC 52 (clipboard), OSC 2 (window
+# title), CSI 2J (clear screen), and Rich markup.
+OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
+OSC2 = "\x1b]2;pwned\x07"
+CLEAR = "\x1b[2J"
+MARKUP = "[bold red]FAKE[/bold red]"
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[Box]:
+    b = Box(tmp_path)
+    b.json("config", "--idle-exit", "1")
+    try:
+        yield b
+    finally:
+        b.cleanup()
+
+
+@pytest.fixture
+def tmpfs_box(tmp_path: Path) -> Iterator[Box]:
+    """A queue whose root is a real 8 MiB tmpfs with 200 inodes (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    b = Box(tmp_path)
+    b.root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,nr_inodes=200,mode=0700", "tmpfs",
+                    str(b.root)], check=True, capture_output=True, timeout=30)
+    try:
+        yield b
+    finally:
+        b.cleanup()
+        subprocess.run(["umount", "-l", str(b.root)], check=False, capture_output=True,
+                       timeout=30)
+
+
+def _forge(qdir: Path, ev: str, **fields: Any) -> None:
+    """An event as a job on the box could write it (it runs as the helper's user)."""
+    writer = EventWriter(str(qdir))
+    try:
+        writer.append(ev, **fields)
+    finally:
+        writer.close()
+
+
+def _printed(doc: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> str:
+    from gpuroom.tui.cli.queue import _print_jobs
+
+    _print_jobs(doc)
+    return capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 18.1
+
+
+@pytest.mark.attack("hostile text", "OSC 52 / OSC 2 / CSI 2J and markup in an exited event's "
+                    "exit_code and signal, through queue ls")
+def test_escape_sequences_in_exit_fields_never_reach_the_terminal(
+        box: Box, capsys: pytest.CaptureFixture[str]) -> None:
+    job = box.add(sys.executable, "-c", "pass")
+    box.wait_state(job, ("succeeded",))
+    _forge(box.qdir, "exited", job=job, attempt=1, exit_code=OSC52 + MARKUP,
+           signal=OSC2 + CLEAR + MARKUP)
+    view = queue_view(str(box.root), "default")
+    # The fold refused the event (wrong types), named it, and kept the job as it was.
+    assert [j["state"] for j in view["jobs"]] == ["succeeded"]
+    assert any(w.startswith(f"event seq {view['last_seq']} (exited) skipped: ValueError")
+               for w in view["warnings"])
+    out = _printed(view, capsys)
+    for seq in ("\x1b", "\x07", "FAKE[/"):
+        assert seq not in out
+    assert "skipped" in out
+
+
+@pytest.mark.attack("bad answers", "a helper answer whose queue name, exit code and signal "
+                    "carry escapes and Rich markup, printed by queue ls")
+def test_queue_ls_prints_every_box_string_as_inert_text(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = {"queue": "q" + MARKUP + OSC2, "jobs": [
+        {"id": "j1", "name": "n" + CLEAR, "state": "failed", "argv": ["x", OSC52],
+         "attempts": [{"attempt": 1, "exit_code": OSC52, "signal": MARKUP + CLEAR}]},
+        {"id": "j2", "name": "n", "state": "failed", "argv": ["y"],
+         "attempts": [{"attempt": 1, "exit_code": None, "signal": "[blink]SIGKILL[/blink]"}]},
+    ], "warnings": [MARKUP + OSC52]}
+    out = _printed(doc, capsys)
+    assert "\x1b" not in out and "\x07" not in out
+    # Markup is shown as the characters it is, in the title and the warning alike.
+    assert out.count(MARKUP) == 2
+    # Neither exit field is a number or a signal name: shown as unknown, never as given.
+    assert "blink" not in out
+
+
+# ----------------------------------------------------------------------------- 18.2
+
+
+@pytest.mark.attack("bad answers", "wrongly typed events in the runner's own paths: a kill "
+                    "with grace 'x', a job with gpus 'x', slots 'x'")
+def test_the_runner_never_dies_on_a_wrongly_typed_event(box: Box) -> None:
+    box.json("config", "--idle-exit", "30")
+    sleeper = box.add(sys.executable, "-c", "import time; time.sleep(60)")
+    box.wait_state(sleeper, ("running",))
+    pid = box.wait_runner()
+    _forge(box.qdir, "kill_requested", job=sleeper, grace="x")
+    _forge(box.qdir, "added", argv=["true"], cwd=str(box.work), gpus="x", job="j2")
+    _forge(box.qdir, "configured", slots="x")
+    marker = box.work / "ran"
+    job = box.add(sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')",
+                  opts=("--gpus", "0"))
+    box.run("kill", sleeper, "--grace", "1")
+    box.wait_state(job, ("succeeded",))
+    assert alive(pid) and box.runner_pid() == pid
+    assert marker.read_text() == "x"
+    warnings = box.ls()["warnings"]
+    assert sum("skipped: ValueError" in w for w in warnings) == 3, warnings
+
+
+@pytest.mark.attack("faults", "queue add when no runner can start (runner.lock is a "
+                    "directory)")
+def test_add_is_ok_only_when_a_live_runner_will_see_the_job(box: Box) -> None:
+    (box.qdir / "runner.lock").mkdir()
+    before = (box.qdir / "events.jsonl").read_bytes()
+    proc = box.run("add", "--", "true", check=False)
+    assert proc.returncode == 1, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is False and doc["recorded"] is False
+    assert "runner.log" in doc["fix"]
+    # Not recorded: a retry after the fix cannot run it twice.
+    assert (box.qdir / "events.jsonl").read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- 18.3
+
+
+def _pad_to_page(events: Path) -> None:
+    """Append one harmless event so the file ends on a page boundary: on a full tmpfs the next
+    append then needs a new page (within the last page it would still fit)."""
+    evs, _ = read_events(str(events.parent))
+    seq = max(e["seq"] for e in evs) + 1
+    line = json.dumps({"ev": "configured", "pad": "", "seq": seq, "t": 1.0},
+                      separators=(",", ":")) + "\n"
+    pad = (-(events.stat().st_size + len(line))) % PAGE
+    with open(events, "a") as f:
+        f.write(line.replace('"pad":""', '"pad":"' + "x" * pad + '"'))
+    assert events.stat().st_size % PAGE == 0
+
+
+def _fill_bytes(where: Path) -> Path:
+    filler = where / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (1 << 20, PAGE):
+            while True:
+                try:
+                    f.write(b"\0" * chunk)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    break
+    return filler
+
+
+def _fill_inodes(where: Path) -> list[Path]:
+    where.mkdir()
+    made = []
+    for n in range(100000):
+        path = where / str(n)
+        try:
+            path.touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            return made
+        made.append(path)
+    raise AssertionError("the inode table never filled")
+
+
+@pytest.mark.attack("faults", "queue add on a full filesystem (ENOSPC), then the user's retry")
+def test_add_on_a_full_disk_is_not_recorded_and_the_retry_runs_once(tmpfs_box: Box) -> None:
+    box = tmpfs_box
+    box.json("config", "--idle-exit", "1")
+    events = box.qdir / "events.jsonl"
+    _pad_to_page(events)
+    filler = _fill_bytes(box.root)
+    before = events.read_bytes()
+    # With a runner to start (its environment file is refused) and without (the event
+    # itself is refused and cut back): not recorded, said with the cause and the fix.
+    for opts in ((), ("--no-start",)):
+        proc = box.run("add", *opts, "--", "true", check=False)
+        assert proc.returncode == 1, proc.stdout
+        assert b"Traceback" not in proc.stderr, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["ok"] is False and doc["recorded"] is False, doc
+        assert "No space left on device" in doc["error"] and "df -h" in doc["fix"], doc
+        assert events.read_bytes() == before
+    filler.unlink()
+    marker = box.work / "ran"
+    job = box.add(sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')")
+    box.wait_state(job, ("succeeded",))
+    assert marker.read_text() == "x"
+
+
+@pytest.mark.attack("faults", "the inode table runs out while the runner launches a job")
+def test_the_runner_survives_an_exhausted_inode_table_and_runs_the_job_once(
+        tmpfs_box: Box) -> None:
+    box = tmpfs_box
+    box.json("config", "--idle-exit", "30")
+    first = box.add(sys.executable, "-c", "pass")
+    box.wait_state(first, ("succeeded",))
+    pid = box.wait_runner()
+    fillers = _fill_inodes(box.root / "fill")
+    marker = box.work / "ran"
+    # Appending to the events file needs no inode, and a runner holds its lock: recorded, ok.
+    job = box.add(sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')")
+    # The job's log needs an inode: the runner backs off, says so, and lives.
+    error = wait_until(lambda: box.ls()["runner"].get("write_error"), 15, "the runner's error")
+    assert "No space left on device" in error, error
+    assert alive(pid)
+    for path in fillers:
+        path.unlink()
+    box.wait_state(job, ("succeeded",), timeout=30)
+    assert marker.read_text() == "x"
+    assert box.runner_pid() == pid and alive(pid)
+    wait_until(lambda: box.ls()["runner"].get("write_error") is None, 15, "the error cleared")
+    assert [e["ev"] for e in box.events(job)].count("started") == 1
