@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from gpuroom.remote.queue_events import SIGNAL_NAME_RE
+
 RawSnapshot = dict[str, Any]
 
 # ----------------------------------------------------------------------------- leaf values
@@ -68,6 +70,20 @@ def text(value: Any) -> str | None:
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
+    return None
+
+
+def exact_int(value: Any) -> int | None:
+    """A JSON integer (not a bool, not a string of one); else None. An exit code is one, and
+    a string in its place is a job writing the queue's file (issue 18), not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def signal_name(value: Any) -> str | None:
+    """A signal's short name ("SIGKILL"), as remote/queue_events.py exit_fields checks it;
+    anything else (escape sequences, markup, a long text) is None."""
+    if isinstance(value, str) and SIGNAL_NAME_RE.match(value):
+        return value
     return None
 
 
@@ -462,8 +478,8 @@ class Attempt(View):
     pid: int | None = key(integer)
     start: float | None = key(number)
     end: float | None = key(number)
-    exit_code: int | None = key(integer)
-    signal: str | None = key(text)  # the signal's name, "SIGKILL" (remote/queue_runner.py)
+    exit_code: int | None = key(exact_int)
+    signal: str | None = key(signal_name)  # its name, "SIGKILL" (remote/queue_runner.py)
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to

@@ -16,10 +16,11 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
-from gpuroom.tui.sanitize import display_line, sanitize_line
+from gpuroom.tui.sanitize import display_line
 from gpuroom.tui.snapshot import read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
@@ -199,17 +200,10 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
 
 
 def _print_jobs(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     view = read_queue_view(doc)
-    table = Table(title=sanitize_line(f"queue {view.name}"))
     slurm = any(job.slurm_id for job in view.jobs)
-    for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
-        table.add_column(col)
-    if slurm:
-        table.add_column("slurm")
+    columns = ["id", "name", "state", "attempts", "exit", "duration", "command"]
+    table = box_table(f"queue {view.name}", [*columns, "slurm"] if slurm else columns)
     for job in view.jobs:
         last = job.last_attempt
         exit_text = "-"
@@ -218,20 +212,16 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         elif last is not None and last.signal:
             exit_text = f"sig {last.signal}"
         duration = last.duration if last is not None else None
-        # Text() keeps job-provided strings from being read as rich markup.
-        cells: list[Text | str] = [Text(sanitize_line(job.id)),
-                 Text(sanitize_line(job.name or "")),
-                 Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
-                 fmt_age(duration),
-                 Text(fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH))]
+        cells: list[Cell] = [job.id, job.name or "", job.state, len(job.attempts), exit_text,
+                             fmt_age(duration),
+                             fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
         if slurm:
-            cells.append(Text(display_line(slurm_summary(job).encode())))
-        table.add_row(*cells)
-    console = Console()
-    console.print(table)
+            cells.append(display_line(slurm_summary(job).encode()))
+        add_row(table, cells)
+    print_table(table)
     # A line of the events file the queue skipped is a job or a full disk at work: said.
     for warning in view.warnings:
-        console.print(Text(f"warning: {sanitize_line(warning)}", style="yellow"))
+        print_line(f"warning: {warning}", "yellow")
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
