@@ -231,12 +231,16 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         # Bounded answer, but never hide what is live or waiting.
         keep = {j["id"] for j in jobs[-limit:]}
         jobs = [j for j in jobs if j["id"] in keep or j["state"] in LIVE_STATES]
+    runner = _runner_info(qdir)
+    views = [job_view(j, qdir) for j in jobs]
+    for view in views:
+        view["waiting"] = _waiting(view, runner)
     return {
         "queue": queue,
         "dir": qdir,
         "config": state["config"],
-        "runner": _runner_info(qdir),
-        "jobs": [job_view(j, qdir) for j in jobs],
+        "runner": runner,
+        "jobs": views,
         "order": state["order"],
         "pending_requests": state["pending_requests"],
         "last_seq": state["last_seq"],
@@ -244,6 +248,18 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         "backend": queue_slurm.slurm_config(events).get("backend") or "local",
         "warnings": warnings,
     }
+
+
+def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
+    """Why a queued box job has not started (issue 17): the runner's reason (a slot, GPUs
+    held by a foreign pid, the job ahead), or that no runner is there to start it."""
+    if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
+        return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
+    if not runner.get("alive"):
+        return "no runner: it starts with the next add (or: queue start)"
+    blocked = runner.get("blocked")
+    why = blocked.get(job.get("id")) if isinstance(blocked, dict) else None
+    return str(why) if why else None
 
 
 def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, selfhash
+from . import hostinfo, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -239,8 +239,11 @@ def gpu_inventory(session: _Session) -> Tuple[List[int], Dict[int, List[int]]]:
             continue
         idx = int(gpu.get("index", pos))
         indices.append(idx)
+        # A display process (type G: Xorg, gnome-shell) shares every card of a desktop box;
+        # it is not a run a job would collide with (GEN7).
         holders[idx] = [int(p["pid"]) for p in gpu.get("processes") or []
-                        if isinstance(p, dict) and p.get("pid") is not None]
+                        if isinstance(p, dict) and p.get("pid") is not None
+                        and not vram.display_only(p.get("type"))]
     for holder in doc.get("vram_holders") or []:
         # U11: a process holding /dev/nvidiaN that NVML does not list. Only a numbered node
         # names a card; one holding just nvidiactl/nvidia-uvm cannot be placed.
@@ -748,10 +751,17 @@ class Runner:
         return {act.pid: job_id for job_id, act in self.active.items()}
 
     def launch_ready(self) -> None:
+        """Launch what can run; every queued job left waiting gets its reason in
+        ``self.blocked`` (runner.json), which ``queue ls`` and the room show (issue 17)."""
         slots = max(1, int(self.config("slots")))
         self.blocked = {}
-        for job_id in list(self.state["order"]):
+        order = list(self.state["order"])
+        for pos, job_id in enumerate(order):
             if len(self.active) >= slots:
+                running = ", ".join(sorted(self.active))
+                for later in order[pos:]:
+                    self.blocked[later] = f"waiting for a slot ({slots} of {slots} in use: " \
+                        f"{running})"
                 return
             job = self.state["jobs"][job_id]
             want = job.get("gpus")
@@ -771,18 +781,24 @@ class Runner:
             ours = self.our_sessions()
             busy = {g for act in self.active.values() for g in act.gpus}
             free = []
+            held = []
             for idx in indices:
                 if idx in busy:
                     continue
                 foreign = [p for p in holders.get(idx, []) if proc_session(p) not in ours]
                 if foreign:
                     pids = ",".join(str(p) for p in foreign[:4])
-                    self.blocked[job_id] = f"GPU {idx} held by foreign pid {pids} (GEN7)"
+                    held.append(f"GPU {idx} held by pid {pids} (GEN7)")
                     continue
                 free.append(idx)
             if len(free) < need:
                 # Head of line waits: a later job never overtakes a job that needs more GPUs.
-                self.blocked.setdefault(job_id, f"waiting for {need} free GPU(s)")
+                # What the user acts on first: the pid holding the card.
+                why = f"wants {need} GPU(s), {len(free)} free"
+                self.blocked[job_id] = f"{'; '.join(held)}; {why}" if held else \
+                    f"waiting for GPUs: {why}"
+                for later in order[pos + 1:]:
+                    self.blocked[later] = f"waiting behind {job_id}"
                 return
             pick = free[:need]
             self.launch(job, pick, ",".join(str(g) for g in pick))

@@ -532,6 +532,9 @@ class Job(View):
     # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
     state: str = key(lambda v: text(v) or "", old=("status",))
     reason: str | None = key(text)
+    # Why a queued box job has not started: a slot, GPUs a foreign pid holds (GEN7), the job
+    # ahead, no runner (remote/queue.py _waiting); None for any other job
+    waiting: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
@@ -581,11 +584,23 @@ class Job(View):
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRunner(View):
+    """A queue's runner, as its lock and runner.json say (remote/queue.py _runner_info)."""
+
+    alive: bool = key(flag)
+    pid: int | None = key(integer)
+    heartbeat: float | None = key(number)
+    # the last write that failed (a full disk or inode table), until one succeeds again
+    write_error: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
+    runner: QueueRunner | None = nested(QueueRunner, "maybe")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)

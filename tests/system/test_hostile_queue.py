@@ -193,6 +193,16 @@ def _fill_inodes(where: Path) -> list[Path]:
     raise AssertionError("the inode table never filled")
 
 
+def _queue_findings(doc: dict[str, Any]) -> list[Any]:
+    from gpuroom.tui.model import LinkState
+    from gpuroom.tui.rules.doctor import diagnose
+    from gpuroom.tui.snapshot import read_snapshot
+
+    snap = read_snapshot({"queue": {"queues": {"default": doc}}})
+    return [f for f in diagnose(None, snap, LinkState.UP, None, 0.0, host="box")
+            if "queue" in f.title]
+
+
 @pytest.mark.attack("faults", "queue add on a full filesystem (ENOSPC), then the user's retry")
 def test_add_on_a_full_disk_is_not_recorded_and_the_retry_runs_once(tmpfs_box: Box) -> None:
     box = tmpfs_box
@@ -234,10 +244,16 @@ def test_the_runner_survives_an_exhausted_inode_table_and_runs_the_job_once(
     error = wait_until(lambda: box.ls()["runner"].get("write_error"), 15, "the runner's error")
     assert "No space left on device" in error, error
     assert alive(pid)
+    # The doctor says it from the queue's answer (the probe's queue section has its shape).
+    [finding] = _queue_findings(box.ls())
+    assert (finding.id, finding.severity) == ("U7", "critical")
+    assert finding.title == "queue default: the runner cannot write its files"
+    assert "No space left on device" in finding.seen
     for path in fillers:
         path.unlink()
     box.wait_state(job, ("succeeded",), timeout=30)
     assert marker.read_text() == "x"
     assert box.runner_pid() == pid and alive(pid)
     wait_until(lambda: box.ls()["runner"].get("write_error") is None, 15, "the error cleared")
+    assert _queue_findings(box.ls()) == []
     assert [e["ev"] for e in box.events(job)].count("started") == 1
