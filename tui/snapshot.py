@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from gpuroom.remote.queue_events import SIGNAL_NAME_RE
+from gpuroom.remote.vram import display_only
 
 RawSnapshot = dict[str, Any]
 
@@ -385,6 +386,12 @@ class GpuProcess(View):
     name: str | None = key(text)
     used_mib: float | None = key(number)
     comm: str | None = key(text)
+
+    @property
+    def display_only(self) -> bool:
+        """Graphics only (type G: Xorg, gnome-shell): it shares a desktop's cards without
+        being a run a job collides with (GEN7)."""
+        return display_only(self.type)
 
 
 @dataclass(frozen=True, slots=True)

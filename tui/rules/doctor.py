@@ -454,7 +454,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                         f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
-        pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
+        pids = sorted({p.pid for p in gpu.processes if p.pid is not None
+                       and not p.display_only})
         if len(pids) >= 2:
             out.append(_finding(
                 "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
