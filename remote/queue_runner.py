@@ -845,6 +845,20 @@ class Runner:
                         (j.get("sync") or {}).get("state") == "pending"
                         for j in self.state["jobs"].values()))
 
+    def still_ours(self) -> bool:
+        """Whether the queue's lock and events file at their paths are still the files this
+        runner holds. A queue directory deleted and made again (by hand, or a box's reset)
+        would otherwise leave this runner reading the new queue by path while it writes into
+        the deleted file: a second runner, launching every job a second time, unrecorded."""
+        try:
+            lock = os.stat(os.path.join(self.qdir, RUNNER_LOCK)).st_ino
+            events = os.stat(self.writer.path).st_ino
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # in doubt, stay: leaving strands the queue until the next add
+        return lock == os.fstat(self.lock_fd).st_ino and events == os.fstat(self.writer.fd).st_ino
+
     def tick(self) -> None:
         if self.write_error is not None:
             # A write failed mid-tick (an event cut back): what it left half-recorded (a
@@ -866,6 +880,10 @@ class Runner:
         idle_since: Optional[float] = None
         backoff = self.poll_s
         while True:
+            if not self.still_ours():
+                self.log(f"{self.qdir} was replaced: this runner is not its runner any more; "
+                         "exiting (jobs it started keep running)")
+                return 0
             try:
                 self.tick()
                 if self.write_error is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.queuebox import Box, alive, wait_until
+from harness.queuebox import Box, alive, queue_box, wait_until
 
 from gpuroom.remote.queue import queue_view
 from gpuroom.remote.queue_events import EventWriter, read_events
@@ -31,12 +31,7 @@ MARKUP = "[bold red]FAKE[/bold red]"
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[Box]:
-    b = Box(tmp_path)
-    b.json("config", "--idle-exit", "1")
-    try:
-        yield b
-    finally:
-        b.cleanup()
+    yield from queue_box(tmp_path)
 
 
 @pytest.fixture
@@ -257,3 +252,23 @@ def test_the_runner_survives_an_exhausted_inode_table_and_runs_the_job_once(
     wait_until(lambda: box.ls()["runner"].get("write_error") is None, 15, "the error cleared")
     assert _queue_findings(box.ls()) == []
     assert [e["ev"] for e in box.events(job)].count("started") == 1
+
+
+@pytest.mark.attack("faults", "the queue directory deleted and made again under a live runner")
+def test_a_runner_whose_queue_was_replaced_leaves_and_no_job_runs_twice(box: Box) -> None:
+    import shutil
+
+    box.json("config", "--idle-exit", "30")
+    first = box.add(sys.executable, "-c", "pass")
+    box.wait_state(first, ("succeeded",))
+    old = box.wait_runner()
+    shutil.rmtree(box.root)
+    box.json("config", "--idle-exit", "30")
+    marker = box.work / "ran"
+    job = box.add(sys.executable, "-c",
+                  f"import time; open({str(marker)!r}, 'a').write('x'); time.sleep(1)")
+    box.wait_state(job, ("succeeded",))
+    # The runner of the deleted queue left instead of running the new queue's jobs too.
+    wait_until(lambda: not alive(old), 10, "the old runner gone")
+    assert box.runner_pid() != old
+    assert marker.read_text() == "x"

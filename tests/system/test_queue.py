@@ -12,20 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.queuebox import CLI, Box, alive, wait_until
+from harness.queuebox import CLI, Box, alive, queue_box, wait_until
 
 from gpuroom.remote.queue import parse_tmux_ls
 
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[Box]:
-    b = Box(tmp_path)
-    # Every runner of this test leaves soon after the queue empties.
-    b.json("config", "--idle-exit", "1")
-    try:
-        yield b
-    finally:
-        b.cleanup()
+    yield from queue_box(tmp_path)
 
 
 def test_output_reaches_the_log_while_the_job_runs(box: Box) -> None:
