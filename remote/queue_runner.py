@@ -307,11 +307,17 @@ def checked_sync(cwd: str, patterns: List[str], dest_root: str) -> Dict[str, Any
 
 def _atomic_json(path: str, doc: Dict[str, Any]) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        # A full disk: no empty temporary file left behind to eat an inode per try.
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -353,8 +359,13 @@ def exec_main(argv: List[str]) -> int:
     fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process exits
     if os.path.exists(args.files + ".abandoned"):
         return 0  # a newer runner gave this launch up before we got here: never run it
-    _atomic_json(args.files + ".pid", {"pid": os.getpid(), "starttime":
-                                      proc_starttime(os.getpid()), "t": time.time()})
+    try:
+        _atomic_json(args.files + ".pid", {"pid": os.getpid(), "starttime":
+                                          proc_starttime(os.getpid()), "t": time.time()})
+    except OSError as exc:
+        # A full disk. The runner that spawned us knows our pid (and records it), and the
+        # lock we hold says we run: the job runs, rather than fail as if it had (exit 1).
+        _say(f"gpuroom: cannot write {args.files}.pid ({exc}); running the job anyway")
 
     def ignore(signum: int, frame: Any) -> None:
         return None  # the group signal reaches the job itself; we stay to record its status
@@ -377,8 +388,21 @@ def exec_main(argv: List[str]) -> int:
     status = {"exit_code": rc if rc >= 0 else None,
               "signal": signal.Signals(-rc).name if rc < 0 else None,
               "end": end, "duration": round(end - started, 3), "child_pid": child.pid}
-    _atomic_json(args.files + ".exit", status)
+    try:
+        _atomic_json(args.files + ".exit", status)
+    except OSError as exc:
+        # A full disk: the runner, our parent, reads the job's code from our own exit status.
+        _say(f"gpuroom: cannot record the exit status ({exc})")
     return rc if rc >= 0 else 128 - rc
+
+
+def _say(line: str) -> None:
+    """One line to the job's log, which may be on the full disk itself."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- the runner
@@ -674,41 +698,56 @@ class Runner:
     # ----- watching running attempts
     def check_active(self) -> None:
         for job_id, act in list(self.active.items()):
-            ended = act.wrapper_ended()
-            if act.kill_deadline is not None:
-                if not ended or act.group_alive():
-                    now = time.monotonic()
-                    if act.kill_sent == "SIGTERM" and now >= act.kill_deadline:
-                        self.log(f"kill {job_id}: grace over, SIGKILL to group {act.pid}")
-                        act.kill_sent = "SIGKILL"
-                        act.kill_reap_deadline = now + KILL_REAP_S
-                        act.signal_group(signal.SIGKILL)
-                    if act.kill_reap_deadline is None or now < act.kill_reap_deadline:
-                        continue
-                kill_status = _read_json(act.files.exit) or {}
-                if not kill_status and act.popen is not None and act.popen.returncode is not None:
-                    kill_status = _status_from_returncode(act.popen.returncode)
-                del self.active[job_id]
-                self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
-                          attempt=act.attempt, sent=act.kill_sent,
-                          exit_code=kill_status.get("exit_code"),
-                          signal=kill_status.get("signal"),
-                          duration=round(time.time() - act.start, 3))
-                continue
-            if not ended:
-                continue
+            try:
+                self.check_one(job_id, act)
+            except Exception:
+                # Its end could not be recorded (a full disk): watched again next tick, unless
+                # the end did reach the file before what failed (a retry's requeue).
+                self.refresh()
+                job = self.state["jobs"].get(job_id)
+                last = current_attempt(job) if job is not None else None
+                if last is not None and last.get("attempt") == act.attempt \
+                        and last.get("end") is None:
+                    self.active[job_id] = act
+                raise
+
+    def check_one(self, job_id: str, act: Active) -> None:
+        """One watched attempt: signals of a kill in progress, its end recorded."""
+        ended = act.wrapper_ended()
+        if act.kill_deadline is not None:
+            if not ended or act.group_alive():
+                now = time.monotonic()
+                if act.kill_sent == "SIGTERM" and now >= act.kill_deadline:
+                    self.log(f"kill {job_id}: grace over, SIGKILL to group {act.pid}")
+                    act.kill_sent = "SIGKILL"
+                    act.kill_reap_deadline = now + KILL_REAP_S
+                    act.signal_group(signal.SIGKILL)
+                if act.kill_reap_deadline is None or now < act.kill_reap_deadline:
+                    return
+            kill_status = _read_json(act.files.exit) or {}
+            if not kill_status and act.popen is not None and act.popen.returncode is not None:
+                kill_status = _status_from_returncode(act.popen.returncode)
             del self.active[job_id]
-            status = _read_json(act.files.exit)
-            if status is None and act.popen is not None:
-                # The wrapper itself died by a signal before writing the status.
-                status = _status_from_returncode(act.popen.returncode or 0)
-                status["end"] = time.time()
-            if status is None:
-                self.emit("vanished", job=job_id, attempt=act.attempt,
-                          why="wrapper ended without an exit status")
-                self.maybe_retry(job_id, "vanished", signal_death=True)
-                continue
-            self.record_exit(job_id, act.attempt, status, act.start)
+            self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
+                      attempt=act.attempt, sent=act.kill_sent,
+                      exit_code=kill_status.get("exit_code"),
+                      signal=kill_status.get("signal"),
+                      duration=round(time.time() - act.start, 3))
+            return
+        if not ended:
+            return
+        del self.active[job_id]
+        status = _read_json(act.files.exit)
+        if status is None and act.popen is not None:
+            # The wrapper itself died by a signal before writing the status.
+            status = _status_from_returncode(act.popen.returncode or 0)
+            status["end"] = time.time()
+        if status is None:
+            self.emit("vanished", job=job_id, attempt=act.attempt,
+                      why="wrapper ended without an exit status")
+            self.maybe_retry(job_id, "vanished", signal_death=True)
+            return
+        self.record_exit(job_id, act.attempt, status, act.start)
 
     # ----- syncs
     def handle_syncs(self) -> None:

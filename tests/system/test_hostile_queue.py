@@ -161,6 +161,19 @@ def _pad_to_page(events: Path) -> None:
     assert events.stat().st_size % PAGE == 0
 
 
+def _pad_to_page_locked(events: Path) -> None:
+    """_pad_to_page under the events file's lock: a live runner may append beside us."""
+    writer = EventWriter(str(events.parent))
+    try:
+        writer.lock()
+        try:
+            _pad_to_page(events)
+        finally:
+            writer.unlock()
+    finally:
+        writer.close()
+
+
 def _fill_bytes(where: Path) -> Path:
     filler = where / "filler"
     with open(filler, "wb", buffering=0) as f:
@@ -272,3 +285,29 @@ def test_a_runner_whose_queue_was_replaced_leaves_and_no_job_runs_twice(box: Box
     wait_until(lambda: not alive(old), 10, "the old runner gone")
     assert box.runner_pid() != old
     assert marker.read_text() == "x"
+
+
+@pytest.mark.attack("faults", "a job ends while the queue's filesystem is full (its exit "
+                    "cannot be recorded)")
+def test_an_end_on_a_full_disk_is_recorded_once_space_is_back(tmpfs_box: Box) -> None:
+    box = tmpfs_box
+    box.json("config", "--idle-exit", "30")
+    marker, go = box.work / "ran", box.work / "go"
+    job = box.add(sys.executable, "-c",
+                  f"import os, time\nopen({str(marker)!r}, 'a').write('x')\n"
+                  f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+                  "raise SystemExit(3)")
+    box.wait_state(job, ("running",))
+    wait_until(marker.exists, 10, "the job itself running")
+    pid = box.wait_runner()
+    _pad_to_page_locked(box.qdir / "events.jsonl")
+    filler = _fill_bytes(box.root)
+    go.touch()
+    error = wait_until(lambda: box.ls()["runner"].get("write_error"), 15, "the runner's error")
+    assert "No space left on device" in error and alive(pid), error
+    assert box.job(job)["state"] == "running"  # not on record yet, and not said otherwise
+    filler.unlink()
+    done = box.wait_state(job, ("failed",))
+    # The job's own code (the wrapper could not write its status file either), one attempt.
+    assert [a["exit_code"] for a in done["attempts"]] == [3]
+    assert marker.read_text() == "x" and box.runner_pid() == pid
