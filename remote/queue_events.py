@@ -321,7 +321,8 @@ def read_events(qdir: str) -> Tuple[List[Event], List[str]]:
 # helper's user), so a field of the wrong type is a ValueError here, and the fold skips the
 # event naming it, instead of the runner or the jump host tripping over it later.
 
-SIGNAL_NAME_RE = re.compile(r"^SIG[A-Z0-9+-]{1,12}$")
+# "SIGKILL", "SIGRTMIN+3"; or a bare number for one Python cannot name (a Slurm record)
+SIGNAL_NAME_RE = re.compile(r"^(?:SIG[A-Z0-9+-]{1,12}|[0-9]{1,3})$")
 
 
 def _field(ev: Event, key: str, kinds: Any, what: str) -> Any:

@@ -386,7 +386,7 @@ def exec_main(argv: List[str]) -> int:
     rc = child.wait()
     end = time.time()
     status = {"exit_code": rc if rc >= 0 else None,
-              "signal": signal.Signals(-rc).name if rc < 0 else None,
+              "signal": signal_name(-rc) if rc < 0 else None,
               "end": end, "duration": round(end - started, 3), "child_pid": child.pid}
     try:
         _atomic_json(args.files + ".exit", status)
@@ -975,6 +975,15 @@ class Runner:
             self.writer.unlock()
 
 
+def signal_name(number: int) -> str:
+    """"SIGKILL"; the number itself for a signal Python has no name for (SIGRTMIN+2 is 36,
+    and ``signal.Signals(36)`` raises, which took the wrapper down with the job's status)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 def _disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -1001,7 +1010,7 @@ def _rewrite_in_place(path: str, doc: Dict[str, Any]) -> None:
 
 def _status_from_returncode(rc: int) -> Dict[str, Any]:
     if rc < 0:
-        return {"exit_code": None, "signal": signal.Signals(-rc).name}
+        return {"exit_code": None, "signal": signal_name(-rc)}
     return {"exit_code": rc, "signal": None}
 
 

@@ -184,7 +184,7 @@ def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
         print(json.dumps(doc))
     else:
         ok = bool(doc.get("ok"))
-        print_line(answer_text(args.queue_cmd, args.host, doc), "" if ok else "red")
+        print_line(answer_text(args.queue_cmd, args.host, doc), "" if ok else "red", err=not ok)
     return 0 if doc.get("ok") else 1
 
 

@@ -52,8 +52,9 @@ def print_table(table: Table) -> None:
     Console().print(table)
 
 
-def print_line(text: Plain, style: str = "") -> None:
-    """One line outside a table (a warning, a headline), inert like a cell."""
+def print_line(text: Plain, style: str = "", *, err: bool = False) -> None:
+    """One line outside a table (a warning, a headline, an answer), inert like a cell; on
+    stderr with ``err`` (a failed action's one line, as README's "When something fails")."""
     from rich.console import Console
 
-    Console().print(inert((text, style)))
+    Console(stderr=err).print(inert((text, style)))

@@ -272,3 +272,25 @@ def test_a_forged_added_event_reusing_an_id_is_skipped(tmp_path: Path) -> None:
     assert [j["argv"] for j in state["jobs"].values()] == [["a"]]
     assert [s.split(":")[0] for s in state["skipped_events"]] == [
         "event seq 2 (added) skipped", "event seq 3 (added) skipped"]
+
+
+def test_exit_fields_are_an_int_and_a_signal_name_or_the_event_is_skipped(tmp_path: Path) -> None:
+    from gpuroom.remote.queue_runner import signal_name
+
+    # Issue 18 item 1: these fields carried OSC 52 to the terminal; a signal Python cannot
+    # name (a real-time one) is its number, not a crash of the wrapper.
+    assert (signal_name(9), signal_name(36)) == ("SIGKILL", "36")
+    run = {"job": "j1", "attempt": 1}
+    events = _events(
+        tmp_path, ("added", {"argv": ["a"], "job": "j1"}), ("launching", run),
+        ("started", {**run, "pid": 5}),
+        ("exited", {**run, "exit_code": "\x1b]52;c;eA==\x07", "signal": None}),
+        ("exited", {**run, "exit_code": None, "signal": "[b]SIG\x1b[2J"}),
+        ("exited", {**run, "exit_code": True}),
+        ("exited", {**run, "exit_code": None, "signal": "36"}))
+    state = fold(events)
+    assert [s.split(":")[0] for s in state["skipped_events"]] == [
+        f"event seq {n} (exited) skipped" for n in (4, 5, 6)]
+    [attempt] = state["jobs"]["j1"]["attempts"]
+    assert (attempt["exit_code"], attempt["signal"], state["jobs"]["j1"]["state"]) == (
+        None, "36", "failed")
