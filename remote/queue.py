@@ -1,7 +1,9 @@
 """``gpuroom-remote queue ...``: a job queue on the box that finishes on its own.
 
 Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
-``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
+``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout, also
+when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
+when the job is recorded and a live runner will see it, see ``add_job``):
 
   add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
       [--retry-on-exit]
@@ -256,7 +258,7 @@ def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
     if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
         return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
     if not runner.get("alive"):
-        return "no runner: it starts with the next add (or: queue start)"
+        return "no runner: the next queue add starts one"
     blocked = runner.get("blocked")
     why = blocked.get(job.get("id")) if isinstance(blocked, dict) else None
     return str(why) if why else None
@@ -724,3 +726,11 @@ def main(argv: List[str]) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpuroom queue {argv[0]}: {exc}\n")
         return 2
+    except OSError as exc:
+        # A request or a setting that could not be written (a full disk): said, not a
+        # traceback; WriteFailed means the file was cut back, so nothing half-written stays.
+        why = exc.describe() if isinstance(exc, WriteFailed) else f"{type(exc).__name__}: {exc}"
+        _emit({"ok": False, "recorded": False, "error": why,
+               "fix": "free space on the box's filesystem (df -h; df -i), then try again"
+               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "see the error"})
+        return 1

@@ -229,6 +229,12 @@ def test_add_on_a_full_disk_is_not_recorded_and_the_retry_runs_once(tmpfs_box: B
         assert doc["ok"] is False and doc["recorded"] is False, doc
         assert "No space left on device" in doc["error"] and "df -h" in doc["fix"], doc
         assert events.read_bytes() == before
+    # Every other verb that writes the events file says so too, in its JSON, no traceback.
+    for verb in (("config", "--slots", "2"), ("kill", "j1", "--wait", "1")):
+        proc = box.run(*verb, check=False)
+        assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr
+        assert json.loads(proc.stdout)["ok"] is False
+        assert events.read_bytes() == before
     filler.unlink()
     marker = box.work / "ran"
     job = box.add(sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')")
