@@ -317,3 +317,48 @@ def test_an_end_on_a_full_disk_is_recorded_once_space_is_back(tmpfs_box: Box) ->
     # The job's own code (the wrapper could not write its status file either), one attempt.
     assert [a["exit_code"] for a in done["attempts"]] == [3]
     assert marker.read_text() == "x" and box.runner_pid() == pid
+
+
+@pytest.mark.sshd
+@pytest.mark.attack("faults", "the room's add (the fleet over ssh) on a box whose queue "
+                    "filesystem is full")
+def test_the_rooms_add_on_a_full_disk_says_the_cause_and_the_fix(
+        sshd_box: Any, tmp_path: Path) -> None:
+    import asyncio
+    import pwd
+
+    import tomli_w
+
+    from gpuroom.tui import config as cfg
+    from gpuroom.tui.fleet.live import Fleet
+    from gpuroom.tui.transport.link import LinkError
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    user = pwd.getpwnam(sshd_box.user)
+    qdir = sshd_box.home / ".gpuroom" / "queues" / "default"
+    qdir.mkdir(parents=True, exist_ok=True)
+    for path in (qdir.parent.parent, qdir.parent, qdir):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0700,uid={user.pw_uid},"
+                    f"gid={user.pw_gid}", "tmpfs", str(qdir)], check=True, timeout=30)
+    try:
+        _fill_bytes(qdir)
+        config = tmp_path / "hosts.toml"
+        config.write_bytes(tomli_w.dumps({
+            "settings": {"ssh_config": str(sshd_box.ssh_config)},
+            "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+        fleet = Fleet(cfg.load(config))
+
+        async def add() -> str:
+            try:
+                return await fleet.queue_add("box", ["true"])
+            finally:
+                await fleet.close()
+
+        with pytest.raises(LinkError) as caught:
+            asyncio.run(add())
+        assert "No space left on device" in caught.value.message, caught.value
+        assert caught.value.fix is not None and "df -h" in caught.value.fix
+    finally:
+        subprocess.run(["umount", "-l", str(qdir)], check=False, timeout=30)
