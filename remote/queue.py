@@ -148,7 +148,7 @@ def _runner_info(qdir: str) -> Dict[str, Any]:
             status = json.load(f)
         if isinstance(status, dict):
             info.update({k: status.get(k) for k in ("pid", "boot_id", "started", "heartbeat",
-                                                   "blocked", "write_error")})
+                                                   "blocked", "write_error", "error")})
     except (OSError, ValueError):
         pass
     return info

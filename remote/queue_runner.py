@@ -465,7 +465,9 @@ class Runner:
         self.syncing: Dict[str, threading.Thread] = {}
         self.sync_results: queue_mod.Queue[Tuple[str, Dict[str, Any]]] = queue_mod.Queue()
         self.blocked: Dict[str, str] = {}
-        self.write_error: Optional[str] = None  # the last failed write, until one succeeds
+        # The last tick's failure, until a tick succeeds; whether it was a full disk (quota).
+        self.failure: Optional[str] = None
+        self.failure_is_disk = False
         self.last_status = 0.0
         self.started_at = time.time()
 
@@ -531,7 +533,9 @@ class Runner:
         self.last_status = now
         doc = {"pid": os.getpid(), "boot_id": self.boot_id, "started": self.started_at,
                "heartbeat": now, "blocked": dict(self.blocked), "active": sorted(self.active),
-               "write_error": self.write_error}
+               # A full disk is the doctor's U7; anything else, said as the runner's error.
+               "write_error": self.failure if self.failure_is_disk else None,
+               "error": None if self.failure_is_disk else self.failure}
         path = os.path.join(self.qdir, RUNNER_STATUS)
         try:
             _atomic_json(path, doc)
@@ -540,7 +544,7 @@ class Runner:
                 raise
             # A full disk or inode table refuses the temporary file; the status is how the
             # user learns of it, so it is rewritten in place, in the blocks it already has.
-            doc["write_error"] = self.write_error or _describe(exc)
+            doc["write_error"] = doc["write_error"] or _describe(exc)
             _rewrite_in_place(path, doc)
 
     # ----- recovery (GEN6)
@@ -899,7 +903,7 @@ class Runner:
         return lock == os.fstat(self.lock_fd).st_ino and events == os.fstat(self.writer.fd).st_ino
 
     def tick(self) -> None:
-        if self.write_error is not None:
+        if self.failure is not None:
             # A write failed mid-tick (an event cut back): what it left half-recorded (a
             # launch without its "started", an exit not recorded) is picked up the way a new
             # runner picks up after a crash, for the jobs this runner does not watch.
@@ -910,7 +914,7 @@ class Runner:
         self.check_active()
         self.handle_syncs()
         self.launch_ready()
-        self.write_status(force=self.write_error is not None)
+        self.write_status(force=self.failure is not None)
 
     def run(self) -> int:
         self.refresh()
@@ -925,18 +929,19 @@ class Runner:
                 return 0
             try:
                 self.tick()
-                if self.write_error is not None:
-                    self.log("writes work again")
-                    self.write_error = None
+                if self.failure is not None:
+                    self.log("ticks work again")
+                    self.failure, self.failure_is_disk = None, False
                     self.write_status(force=True)
                 backoff = self.poll_s
             except Exception as exc:  # the runner is the queue: it never dies
                 # (issue 18) A full disk, or anything a job wrote into the queue's files that
                 # got past the fold: said in runner.json and the log, retried with a backoff.
                 why = _describe(exc)
-                if why != self.write_error:
+                if why != self.failure:
                     self.log(f"tick failed, retrying with a backoff: {why}")
-                self.write_error = why
+                self.failure = why
+                self.failure_is_disk = _disk_full(exc)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 try:
                     self.write_status(force=True)

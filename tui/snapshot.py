@@ -599,6 +599,8 @@ class QueueRunner(View):
     heartbeat: float | None = key(number)
     # the last write that failed (a full disk or inode table), until one succeeds again
     write_error: str | None = key(text)
+    # any other failure of its last tick (it backs off and retries; it never dies)
+    error: str | None = key(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -362,3 +362,28 @@ def test_the_rooms_add_on_a_full_disk_says_the_cause_and_the_fix(
         assert caught.value.fix is not None and "df -h" in caught.value.fix
     finally:
         subprocess.run(["umount", "-l", str(qdir)], check=False, timeout=30)
+
+
+@pytest.mark.attack("faults", "the queue's logs directory replaced by a file under a live "
+                    "runner (a failure of its own, not of the disk)")
+def test_a_failing_tick_is_said_and_retried_never_fatal(box: Box) -> None:
+    import shutil
+
+    box.json("config", "--idle-exit", "30")
+    first = box.add(sys.executable, "-c", "pass")
+    box.wait_state(first, ("succeeded",))
+    pid = box.wait_runner()
+    logs = box.qdir / "logs"
+    shutil.rmtree(logs)
+    logs.write_text("not a directory")
+    marker = box.work / "ran"
+    job = box.add(sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x')")
+    error = wait_until(lambda: box.ls()["runner"].get("error"), 15, "the runner's error")
+    assert "NotADirectoryError" in error and alive(pid), error
+    assert box.ls()["runner"]["write_error"] is None
+    assert _queue_findings(box.ls()) == []  # not a full disk: no U7
+    logs.unlink()
+    logs.mkdir()
+    box.wait_state(job, ("succeeded",))
+    assert marker.read_text() == "x" and box.runner_pid() == pid
+    wait_until(lambda: box.ls()["runner"].get("error") is None, 15, "the error cleared")

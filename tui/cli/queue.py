@@ -266,6 +266,8 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     runner = view.runner
     if runner is not None and runner.write_error:
         print_line(f"the runner cannot write: {runner.write_error}", "bold red")
+    if runner is not None and runner.error:
+        print_line(f"the runner keeps failing (it retries): {runner.error}", "bold red")
     # A line of the events file the queue skipped is a job or a full disk at work: said.
     for warning in view.warnings:
         print_line(f"warning: {warning}", "yellow")

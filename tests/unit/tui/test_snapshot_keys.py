@@ -139,6 +139,7 @@ ELSEWHERE = {
     # session is a Slurm login node, which has no runner.
     "queue.queues{}.jobs[].waiting", "queue.queues{}.runner.pid",
     "queue.queues{}.runner.heartbeat", "queue.queues{}.runner.write_error",
+    "queue.queues{}.runner.error",
     *required("failure"), *required("vram"),
 }
 
