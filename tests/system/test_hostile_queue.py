@@ -51,6 +51,14 @@ def tmpfs_box(tmp_path: Path) -> Iterator[Box]:
                        timeout=30)
 
 
+def _live_runner(box: Box) -> int:
+    """A runner that stays (idle-exit 30 s), after one job ran to its end: its pid."""
+    box.json("config", "--idle-exit", "30")
+    first = box.add(sys.executable, "-c", "pass")
+    box.wait_state(first, ("succeeded",))
+    return box.wait_runner()
+
+
 def _forge(qdir: Path, ev: str, **fields: Any) -> None:
     """An event as a job on the box could write it (it runs as the helper's user)."""
     writer = EventWriter(str(qdir))
@@ -246,10 +254,7 @@ def test_add_on_a_full_disk_is_not_recorded_and_the_retry_runs_once(tmpfs_box: B
 def test_the_runner_survives_an_exhausted_inode_table_and_runs_the_job_once(
         tmpfs_box: Box) -> None:
     box = tmpfs_box
-    box.json("config", "--idle-exit", "30")
-    first = box.add(sys.executable, "-c", "pass")
-    box.wait_state(first, ("succeeded",))
-    pid = box.wait_runner()
+    pid = _live_runner(box)
     fillers = _fill_inodes(box.root / "fill")
     marker = box.work / "ran"
     # Appending to the events file needs no inode, and a runner holds its lock: recorded, ok.
@@ -277,10 +282,7 @@ def test_the_runner_survives_an_exhausted_inode_table_and_runs_the_job_once(
 def test_a_runner_whose_queue_was_replaced_leaves_and_no_job_runs_twice(box: Box) -> None:
     import shutil
 
-    box.json("config", "--idle-exit", "30")
-    first = box.add(sys.executable, "-c", "pass")
-    box.wait_state(first, ("succeeded",))
-    old = box.wait_runner()
+    old = _live_runner(box)
     shutil.rmtree(box.root)
     box.json("config", "--idle-exit", "30")
     marker = box.work / "ran"
@@ -369,10 +371,7 @@ def test_the_rooms_add_on_a_full_disk_says_the_cause_and_the_fix(
 def test_a_failing_tick_is_said_and_retried_never_fatal(box: Box) -> None:
     import shutil
 
-    box.json("config", "--idle-exit", "30")
-    first = box.add(sys.executable, "-c", "pass")
-    box.wait_state(first, ("succeeded",))
-    pid = box.wait_runner()
+    pid = _live_runner(box)
     logs = box.qdir / "logs"
     shutil.rmtree(logs)
     logs.write_text("not a directory")
