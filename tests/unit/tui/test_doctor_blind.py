@@ -23,6 +23,7 @@ import parts as rec
 from gpuroom.remote import kernel
 from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.hosts import failed_sections_text, host_row
 from gpuroom.tui.rules.clock import banner_lines
 from gpuroom.tui.rules.doctor import Finding, diagnose
 from gpuroom.tui.rules.watch import FleetWatch
@@ -153,3 +154,23 @@ def test_a_host_with_a_failed_section_is_not_fleet_ok(
     clean = dict(broken_kernel_probe, errors=[])
     assert banner_lines(diagnose(None, read_snapshot(clean), LinkState.UP, None, T,
                                  host="h"), []) == []
+
+
+@pytest.mark.attack("hostile text", "a probe error's section name and text carry OSC 52 and "
+                    "CSI 2J: the hosts row and the status error cell stay inert")
+def test_the_hosts_row_marks_the_failed_section_and_hostile_names_stay_inert(
+        broken_kernel_probe: dict[str, Any]) -> None:
+    host = HostState(name="h", state=LinkState.UP, snapshot=broken_kernel_probe, last_ok=T)
+    row = host_row(host, T, findings=("warn",))
+    assert (row.state, row.level) == ("UP, kernel failed", "warn")
+    # The section's name and error are the box's words: no escape reaches a cell or a table.
+    hostile = dict(broken_kernel_probe, errors=[
+        {"section": "q\x1b]52;c;aGk=\x07ueue", "error": "\x1b[2JOSError: boom", "trace": ""}])
+    row = host_row(HostState(name="h", state=LinkState.UP, snapshot=hostile, last_ok=T), T)
+    text = row.state + failed_sections_text(read_snapshot(hostile))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "OSError: boom" in text
+    # A healthy host's row is plain UP.
+    clean = dict(broken_kernel_probe, errors=[])
+    assert host_row(HostState(name="h", state=LinkState.UP, snapshot=clean, last_ok=T),
+                    T).state == "UP"
