@@ -333,7 +333,7 @@ class GpuroomApp(App[None]):
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
         # Findings and clocks once per redraw: banner and alerts read the same lists.
-        clocks = self.findings_watch.clocks(hosts, now)
+        clocks = self.findings_watch.clocks(hosts, now, self.fleet.pull_records())
         self._alert(findings, clocks)
         # Every item, not the first three of one source: the banner cuts and counts the rest.
         self.query_one(DangerBanner).items = fleet_dangers(
@@ -549,7 +549,8 @@ class GpuroomApp(App[None]):
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()
-        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock())
+        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock(),
+                                            self.fleet.pull_records())
 
         def closed(clear: bool | None) -> None:
             if clear:
