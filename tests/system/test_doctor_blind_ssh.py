@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from harness.boxenv import python_with_env
 from paths import ROOT
 
 from gpuroom.tui.cli.main import main
@@ -38,11 +39,7 @@ def blind_box(sshd_box: Any, tmp_path: Path) -> Iterator[Path]:
     shutil.copy(FAKE_DMESG, root / "dmesg")
     env = {"GPUROOM_DMESG": str(root / "dmesg"), "GPUROOM_FAKE_DMESG_MODE": "denied",
            "GPUROOM_HOME": str(root / "home")}
-    wrapper = root / "python3"
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
+    wrapper = python_with_env(root / "python3", env)
     for path in (root, *root.rglob("*")):
         os.chown(path, user.pw_uid, user.pw_gid)
     events.chmod(0)  # the box's user cannot open it: the queue section fails

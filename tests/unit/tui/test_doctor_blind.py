@@ -15,13 +15,13 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from harness.boxenv import probe_with_a_broken_section
 from paths import DATA, ROOT
 
 sys.path.insert(0, str(DATA / "doctor"))
 import parts as rec
 
 from gpuroom.remote import kernel
-from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.hosts import failed_sections_text, host_row
 from gpuroom.tui.rules.clock import banner_lines
@@ -119,15 +119,7 @@ def test_the_u3_ladder_says_kernel_log_unreadable_not_no_oom_seen(dmesg_denied: 
 @pytest.fixture
 def broken_kernel_probe(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """A real probe whose kernel collector raised: the section is missing, errors[] says why."""
-    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(kernel, "collect", broken)
-    session = ProbeSession()
-    try:
-        return session.snapshot({})
-    finally:
-        session.close()
+    return probe_with_a_broken_section(monkeypatch)
 
 
 def test_each_failed_section_is_a_warning_naming_it_and_its_error(
