@@ -642,9 +642,11 @@ class GpuroomApp(App[None]):
             self._failed("teardown_command", host, exc,
                          "run it yourself; check [hosts.NAME] teardown_command")
             return
-        # Its last line, or say there was none (a bare "finished:" read as cut off).
-        tail = (sanitize_line(out.decode(errors="replace").strip().splitlines()[-1])
-                if out.strip() else "no output")
+        # Its last line, or say there was none (a bare "finished:" read as cut off); a line
+        # of only escape sequences is none once they are stripped.
+        lines = [sanitize_line(line).strip()
+                 for line in out.decode(errors="replace").splitlines()]
+        tail = next((line for line in reversed(lines) if line), "no output")
         if rc:
             self.notify(f"teardown_command for {host} exited {rc} ({tail}). "
                         "Fix: the box may still bill; check your provider's console",
