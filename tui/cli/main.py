@@ -21,7 +21,8 @@ from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, descr
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 
@@ -33,8 +34,12 @@ ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
+    up = state.state is LinkState.UP
     return {"name": state.name, "state": state.state.value, "error": state.error,
-            "snapshot": state.snapshot if state.state is LinkState.UP else None}
+            # The sections the helper could not collect (U44): UP, but partly blind.
+            "section_errors": [{"section": name, "error": error} for name, error
+                               in failed_sections(state.view if up else None)],
+            "snapshot": state.snapshot if up else None}
 
 
 def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
@@ -67,7 +72,9 @@ def _print_table(states: list[HostState]) -> None:
             fmt_pct(b),
             fmt_pct(i),
             # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
-            Text(fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH)),
+            # An UP host names the sections its helper failed to collect (U44).
+            Text(fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
+                 else fmt_cut(failed_sections_text(snap), ERROR_WIDTH)),
         )
     Console().print(table)
 
