@@ -386,3 +386,35 @@ def test_a_failing_tick_is_said_and_retried_never_fatal(box: Box) -> None:
     box.wait_state(job, ("succeeded",))
     assert marker.read_text() == "x" and box.runner_pid() == pid
     wait_until(lambda: box.ls()["runner"].get("error") is None, 15, "the error cleared")
+
+
+@pytest.mark.sshd
+@pytest.mark.attack("hostile text", "a job on the box forges an exited event with OSC 52 / "
+                    "OSC 2 / CSI 2J and markup, read by gpuroom queue ls over ssh")
+def test_forged_exit_fields_through_queue_ls_over_ssh(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tomli_w
+
+    from gpuroom.tui.cli.main import main
+
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_box.ssh_config)},
+        "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    try:
+        assert main(["--config", str(config), "queue", "add", "box", "--", "true"]) == 0
+        qdir = sshd_box.home / ".gpuroom" / "queues" / "default"
+        wait_until(lambda: any(e["ev"] == "exited" for e in read_events(str(qdir))[0]), 30,
+                   "the job's end")
+        # What the job itself could have appended (it runs as the helper's user).
+        _forge(qdir, "exited", job="j1", attempt=1, exit_code=OSC52 + MARKUP,
+               signal=OSC2 + CLEAR + MARKUP)
+        capsys.readouterr()
+        monkeypatch.setenv("COLUMNS", "300")  # rich's width: no line wrapped mid-word
+        assert main(["--config", str(config), "queue", "ls", "box"]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\x07" not in out and "FAKE[/" not in out
+        assert "succeeded" in out and "skipped: ValueError" in out
+    finally:
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
