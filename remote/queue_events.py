@@ -237,7 +237,13 @@ class EventWriter:
 
     def next_job_id_locked(self) -> str:
         """The id the next job gets; the caller holds ``lock()`` until its event is written."""
-        return "j" + str(_last_job_number(self.fd) + 1)
+        job_id = "j" + str(_last_job_number(self.fd) + 1)
+        if not JOB_ID_RE.match(job_id):
+            # Only a forged line can number a job this high; a job the fold would skip must
+            # not be added and answered ok.
+            raise ValueError(f"the newest job id in {self.path} is out of range; "
+                             f"nothing was added (was the file edited?)")
+        return job_id
 
     def append_job(self, ev: str, **fields: Any) -> Event:
         """Append an event that creates a job (``added``), with the next job id in ``job``."""

@@ -294,3 +294,16 @@ def test_exit_fields_are_an_int_and_a_signal_name_or_the_event_is_skipped(tmp_pa
     [attempt] = state["jobs"]["j1"]["attempts"]
     assert (attempt["exit_code"], attempt["signal"], state["jobs"]["j1"]["state"]) == (
         None, "36", "failed")
+
+
+def test_a_forged_huge_job_id_refuses_the_add_instead_of_adding_a_job_never_run(
+        tmp_path: Path) -> None:
+    from gpuroom.remote.queue import add_job
+
+    qdir = Path(queue_dir(str(tmp_path), "default"))
+    qdir.mkdir(parents=True)
+    _events(qdir, ("added", {"argv": ["a"], "job": "j" + "9" * 18}))
+    before = (qdir / "events.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="out of range; nothing was added"):
+        add_job(str(tmp_path), "default", {"argv": ["b"], "cwd": "/"}, start=False)
+    assert (qdir / "events.jsonl").read_bytes() == before
