@@ -16,6 +16,8 @@ from typing import Any
 import tomli_w
 from fakes import NVIDIA_SMI
 
+from harness.boxenv import python_with_env
+
 # A GPU table with two cards, and the plain table listing their processes
 # (--query-compute-apps has no capture, so the helper falls back to it).
 SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
@@ -35,11 +37,7 @@ def gpu_python(sshd_box: Any, fixtures: Path, name: str,
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(captures),
            "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = root / "python3"
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
+    wrapper = python_with_env(root / "python3", env)
     for path in (root, *root.rglob("*")):
         os.chown(path, user.pw_uid, user.pw_gid)
     try:

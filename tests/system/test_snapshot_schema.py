@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 from harness import gpubox
+from harness.boxenv import probe_with_a_broken_section
 
-from gpuroom.remote import kernel
-from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
@@ -94,18 +93,7 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
     assert snap["gpu_source"] == "nvidia-smi", snap["gpu_error"]  # the replay answered
     assert missing("probe", [snap]) == set()
     # A missing mount is one failure path; a collector that raises is the other.
-    broken = _probe_with_a_broken_section(monkeypatch)
+    broken = probe_with_a_broken_section(monkeypatch)
     assert [e["section"] for e in broken["errors"]] == ["kernel"]
     assert missing("failure", [snap, broken]) == set()
 
-
-def _probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(kernel, "collect", broken)
-    session = ProbeSession()
-    try:
-        return session.snapshot({})
-    finally:
-        session.close()

@@ -2,7 +2,7 @@
 
 Bounded: each attempt has a timeout, a failed attempt is retried a few times with a growing
 pause, a refused request (4xx but 429) is not retried, and ``UrlNotifier`` keeps at most
-``MAX_PENDING`` alerts in flight. The URL may carry a token (ntfy
+``MAX_IN_FLIGHT`` alerts in flight. The URL may carry a token (ntfy
 topics and webhooks often do), so errors name only its scheme, host and port, never its path.
 A redirect is an error: urllib would turn the POST into a GET and drop the alert silently.
 """
@@ -22,7 +22,7 @@ from gpuroom.tui.errors import GpuroomError
 ATTEMPT_TIMEOUT_S = 10.0
 ATTEMPTS = 3
 FIRST_PAUSE_S = 1.0
-MAX_PENDING = 20
+MAX_IN_FLIGHT = 20
 FIX = "check [settings] notify_url in hosts.toml and that the server answers a POST there"
 
 
@@ -90,24 +90,24 @@ async def post_alert(url: str, alert: Mapping[str, str], *, attempts: int = ATTE
 
 
 class UrlNotifier:
-    """The alerts of one ``notify_url``, bounded: at most ``max_pending`` waiting or being
+    """The alerts of one ``notify_url``, bounded: at most ``max_in_flight`` waiting or being
     sent; one more is dropped and said, so a fleet-wide outage with a dead server cannot pile
     up posts (each takes up to ``ATTEMPTS`` x ``ATTEMPT_TIMEOUT_S`` plus pauses)."""
 
-    def __init__(self, url: str, *, max_pending: int = MAX_PENDING, **post: Any) -> None:
+    def __init__(self, url: str, *, max_in_flight: int = MAX_IN_FLIGHT, **post: Any) -> None:
         self.url = url
-        self.max_pending = max_pending
-        self.pending = 0
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
         self._post = post
 
     async def send(self, alert: Mapping[str, str]) -> None:
         """POST ``alert``; raises NotifyError when it was not delivered or was dropped."""
-        if self.pending >= self.max_pending:
-            raise NotifyError(f"notify_url {where(self.url)}: {self.pending} alert(s) still "
+        if self.in_flight >= self.max_in_flight:
+            raise NotifyError(f"notify_url {where(self.url)}: {self.in_flight} alert(s) still "
                               f"being sent; the one for {alert.get('host')} "
                               f"{alert.get('id')} was dropped", FIX)
-        self.pending += 1
+        self.in_flight += 1
         try:
             await post_alert(self.url, alert, **self._post)
         finally:
-            self.pending -= 1
+            self.in_flight -= 1

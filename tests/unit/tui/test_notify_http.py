@@ -76,14 +76,14 @@ async def test_a_server_that_never_answers_is_bounded_and_alerts_beyond_the_boun
         s.bind(("127.0.0.1", 0))
         s.listen(8)  # the kernel accepts; nobody reads or answers
         url = f"http://127.0.0.1:{s.getsockname()[1]}/t"
-        notifier = UrlNotifier(url, max_pending=1, attempts=2, timeout_s=1, sleep=_no_sleep)
+        notifier = UrlNotifier(url, max_in_flight=1, attempts=2, timeout_s=1, sleep=_no_sleep)
         first = asyncio.create_task(notifier.send(ALERT))
         for _ in range(1000):
-            if notifier.pending:
+            if notifier.in_flight:
                 break
             await asyncio.sleep(0)
         with pytest.raises(NotifyError, match="was dropped"):
             await notifier.send({**ALERT, "host": "other"})
         with pytest.raises(NotifyError, match=r"after 2 attempt\(s\) \(timed out"):
             await asyncio.wait_for(first, 30)
-    assert notifier.pending == 0
+    assert notifier.in_flight == 0
