@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuroom.tui.cli.listen import add_listen_args, parse_listen, remote_notice
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.transport.web_serve import serve_room
 
 
 def room_command(config_path: Path | None) -> str:
@@ -25,8 +26,6 @@ def room_command(config_path: Path | None) -> str:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    from textual_serve.server import Server
-
     host, port = parse_listen(args.listen, allow_remote=args.allow_remote)
     config = load_config(args)  # a bad config is said here, not in each tab
     notice = remote_notice(host)
@@ -37,7 +36,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     print(f"gpuroom web: serving the room at {url} ({len(config.effective_hosts())} host(s))",
           flush=True)
     command = room_command(config.path if config.path.exists() else None)
-    Server(command, host=host, port=port, title="gpuroom", public_url=url).serve()
+    serve_room(command, host, port, url)
     return 0
 
 
