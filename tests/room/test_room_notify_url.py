@@ -11,7 +11,9 @@ from harness.webhook import webhook
 from paths import DATA
 from test_room_ops import replayed
 
+from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
+from gpuroom.tui.model import HostState
 from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.rules.doctor import FIX
 
@@ -40,10 +42,18 @@ async def test_notify_url_gets_each_new_critical_once_and_the_bell_rings_once(
 
 
 async def test_with_a_short_renotify_interval_the_item_is_sent_again(tmp_path: Path) -> None:
-    fleet = _fleet(60)
+    last = load_recording(DATA / "doctor" / "inode_full.jsonl")[-1]
+    assert last.snapshot is not None
+    fleet = StaticFleet([HostState(name=last.host, profile=last.profile)])
+    now = [last.t]
     with webhook() as hook:
-        app = GpuroomApp(fleet, clock=fleet.now, notify_url=hook.url, renotify_s=30)
+        app = GpuroomApp(fleet, clock=lambda: now[0], notify_url=hook.url, renotify_s=30)
         async with app.run_test(size=(120, 36)) as pilot:
-            await replayed(app, fleet, pilot)
-            await finish(app, "notify")
-    assert [b["id"] for b in hook.bodies] == ["U7"] * 4
+            # One poll at a time, each handled before the next: +0 s, +20 s (within the
+            # interval: not again), +60 s and +120 s (again each time).
+            for dt in (0, 20, 60, 120):
+                now[0] = last.t + dt
+                fleet.feed(last.host, last.snapshot, now[0])
+                await pilot.pause()
+                await finish(app, "notify")
+    assert [b["id"] for b in hook.bodies] == ["U7"] * 3
