@@ -113,6 +113,7 @@ bench: $(STAMP)
 
 screenshots: $(STAMP)
 	$(PY) -m gpuroom.tui.room.screenshots screenshots
+	GPUROOM_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/system/test_web_browser.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
