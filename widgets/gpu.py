@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.reactive import reactive
@@ -12,6 +12,17 @@ from gpuroom.tui.present.format import fmt_whole, sparkline
 from gpuroom.tui.present.gpus import GpuRow, GpuView
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
+
+
+def problem_text(lines: tuple[str, ...]) -> Text:
+    """A host's link problem (present/hosts.py LinkProblem.lines): the headline in red, the
+    cause, the fix in yellow, the next try dim; each line wraps, none is cut."""
+    text = Text()
+    for n, line in enumerate(lines):
+        style = ("bold red" if n == 0 else "yellow" if line.startswith("Fix: ")
+                 else "dim" if line.startswith("next try") else "")
+        text.append(("\n" if n else "") + line, style=style)
+    return text
 
 
 def _clock(cur: float | None, top: float | None) -> Text:
@@ -39,8 +50,16 @@ class GpuPanel(Widget):
         view = self.view
         if view is None:
             return Text("no host selected", style="dim")
+        if view.problem:
+            block = problem_text(view.problem)
+            if not view.rows:
+                return block
+            return Group(block, self._table(view))
         if not view.rows:
             return Text(f"no GPU ({view.absence})", style="dim")
+        return self._table(view)
+
+    def _table(self, view: GpuView) -> Table:
         wide = self.size.width >= WIDE
         table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
         for name, width in (("#", 1), ("pwr/lim W", 9), ("temp", 4), ("sm%", 3), ("mem%", 4),

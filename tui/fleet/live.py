@@ -168,10 +168,13 @@ class Fleet(PendingLedger):
         wake = self._wake.setdefault(name, asyncio.Event())
         interval = self.config.settings.poll_interval_s
         while True:
-            await self.poll_host(name)
-            on_change(name)
+            state = await self.poll_host(name)
             failures = self._failures[name]
             delay = backoff_delay(failures, interval) if failures else interval
+            # Said in the host's panes ("next try in 12 s"): a backing-off host otherwise
+            # looks forgotten.
+            state.next_try = self.clock() + delay
+            on_change(name)
             wake.clear()
             try:
                 await asyncio.wait_for(wake.wait(), delay)
@@ -195,6 +198,7 @@ class Fleet(PendingLedger):
         if self._wake:
             for n in names:
                 if n in self._wake:
+                    self._states[n].next_try = self.clock()
                     self._wake[n].set()
         else:
             await asyncio.gather(*(self.poll_host(n) for n in names))

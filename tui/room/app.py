@@ -23,19 +23,19 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input
+from textual.widgets import Footer, Input, Static
 from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
-from gpuroom.tui.model import HostState, PendingAction
+from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut, fmt_progress
+from gpuroom.tui.present.format import fmt_clock, fmt_cut, fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
-from gpuroom.tui.present.hosts import billed_cell, host_row
+from gpuroom.tui.present.hosts import billed_cell, host_row, link_problem, link_text
 from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
@@ -58,7 +58,7 @@ from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.transport.interactive import run_interactive_ssh
+from gpuroom.tui.transport.interactive import SshExit, run_interactive_ssh
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -67,12 +67,13 @@ from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.logtail import LogTail
 from gpuroom.widgets.queue import QueueTable
 
-Spawn = Callable[[list[str]], int]
+Spawn = Callable[[list[str]], "int | SshExit"]
 NOTIFY_TIMEOUT_S = 30.0
 TEARDOWN_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 0.5
 FLEET_PANES_EVERY_S = 0.5
 COALESCE_ABOVE_HOSTS = 20
+TICK_S = 1.0  # a STALE or DOWN host's age and next try are redrawn this often
 
 class GpuroomCommands(Provider):
     """Every action of KEYS as a ctrl+p command."""
@@ -107,6 +108,7 @@ class GpuroomApp(App[None]):
     CSS = """
     Screen { layout: vertical; }
     #filter { display: none; height: 1; border: none; padding: 0 1; }
+    #replay { height: 1; padding: 0 1; background: $warning 40%; text-style: bold; }
     #filter.-shown { display: block; }
     #row1 { height: 14; }
     #row2 { height: 1fr; }
@@ -147,9 +149,13 @@ class GpuroomApp(App[None]):
         bell: bool = False,
         notify_command: list[str] | None = None,
         warnings: list[str] | None = None,
+        replay: str | None = None,
     ) -> None:
+        """``replay``: the recording's name when the fleet plays one; the room then says so
+        on screen and refuses, at once, every key that needs a box."""
         super().__init__()
         self.fleet = fleet
+        self.replay = replay
         self.clock = clock
         self._spawn = spawn
         self._bell = bell
@@ -224,6 +230,8 @@ class GpuroomApp(App[None]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
+        if self.replay is not None:
+            yield Static(self._replay_text(), id="replay", markup=False)
         yield DangerBanner(id="banner")
         yield Input(placeholder="filter hosts (enter keeps, esc clears)", id="filter")
         yield HostsTable(id="hosts")
@@ -246,6 +254,24 @@ class GpuroomApp(App[None]):
             self._select(hosts[0].name)
         self.query_one(HostsTable).focus()
         self._run_fleet()
+        self.set_interval(TICK_S, self._tick)
+
+    def _replay_text(self) -> str:
+        return (f"REPLAY of {sanitize_line(self.replay or '')} at {fmt_clock(self.clock())} "
+                "(recorded time): read-only, nothing reaches a box")
+
+    def _tick(self) -> None:
+        """Once a second: a host that does not answer changes nothing the fleet would
+        announce, yet its age grows and its next try comes closer; both are redrawn. A
+        replay's clock moves on."""
+        if self.replay is not None:
+            self.query_one("#replay", Static).update(self._replay_text())
+        if all(h.state is LinkState.UP for h in self.fleet.hosts()):
+            return
+        self._schedule_fleet_panes()
+        h = self.host(self.selected_host)
+        if h is not None and h.state is not LinkState.UP:
+            self._refresh_host_panes()
 
     @work(group="fleet")
     async def _run_fleet(self) -> None:
@@ -363,8 +389,11 @@ class GpuroomApp(App[None]):
             self.query_one(LogTail).show("")
             return
         now = self.clock()
+        problem = link_problem(h, now)
+        lines = problem.lines() if problem is not None else ()
         queue.host = h.name
-        queue.border_title = Text(f"queue {h.name}")
+        queue.border_title = Text(f"queue {h.name}" + (f" ({link_text(h, now)})"
+                                                       if problem else ""))
         queue.jobs = tuple(job_rows(h, now))
         rows = tuple(gpu_rows(h.view))
         sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
@@ -374,9 +403,11 @@ class GpuroomApp(App[None]):
             absence=gpu_absence(h.view),
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
+            problem=lines,
         )
         disk = self.query_one(DiskPanel)
         disk.disks = tuple(disk_rows(h.view))
+        disk.problem = lines
         self._restore_job_cursor(h.name)
         self._refresh_log()
 
@@ -471,6 +502,16 @@ class GpuroomApp(App[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
 
+    def _recorded(self, verb: str) -> bool:
+        """True (and said at once, before any dialog) when the room plays a recording: no
+        key that needs a box can act on one (STYLE: replay is read-only by construction)."""
+        if self.replay is None:
+            return False
+        self.notify(f"cannot {verb}: this is a recording ({sanitize_line(self.replay)}), "
+                    "there is no box to act on. Fix: open the room on the live hosts "
+                    "(gpuroom) to act", severity="warning")
+        return True
+
     def _selected_job(self, verb: str) -> tuple[HostState, JobRow] | None:
         h = self.host(self.selected_host)
         job = self.query_one(QueueTable).selected_job
@@ -481,6 +522,8 @@ class GpuroomApp(App[None]):
         return h, job
 
     def action_kill(self) -> None:
+        if self._recorded("kill a job"):
+            return
         picked = self._selected_job("kill")
         if picked is None:
             return
@@ -498,12 +541,16 @@ class GpuroomApp(App[None]):
         self.push_screen(ConfirmScreen(question), answered)
 
     def action_relaunch(self) -> None:
+        if self._recorded("relaunch a job"):
+            return
         picked = self._selected_job("relaunch")
         if picked is not None:
             h, job = picked
             self._send_relaunch(h.name, job.id, job.attempt)
 
     def action_add_job(self) -> None:
+        if self._recorded("add a job"):
+            return
         h = self.host(self.selected_host)
         if h is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -518,9 +565,13 @@ class GpuroomApp(App[None]):
         self.push_screen(AddJobScreen(h.name, gpus=0 if no_gpu else 1), submitted)
 
     def action_refresh(self) -> None:
+        if self._recorded("poll a host"):
+            return
         self._send_refresh(self.selected_host)
 
     def action_ssh(self) -> None:
+        if self._recorded("ssh to a host"):
+            return
         host = self.selected_host
         if host is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -531,7 +582,7 @@ class GpuroomApp(App[None]):
             return
         try:
             with self.suspend():
-                rc = self._spawn(argv)
+                ended = self._spawn(argv)
         except SuspendNotSupported:
             self.notify(
                 f"cannot hand the terminal to ssh here. Run it yourself: {shlex.join(argv)}",
@@ -544,8 +595,11 @@ class GpuroomApp(App[None]):
                 severity="error",
             )
             return
+        rc, said = (ended.rc, ended.stderr_tail) if isinstance(ended, SshExit) else (ended, "")
         if rc:
-            self.notify(f"ssh {host} exited with status {rc}", severity="warning")
+            # The room redrew over what ssh printed: say it again, it is the cause.
+            self.notify(f"ssh {host} exited with status {rc}" + (f": {said}" if said else ""),
+                        severity="warning", timeout=30)
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()
@@ -562,6 +616,8 @@ class GpuroomApp(App[None]):
         self.push_screen(FindingsScreen(findings, clocks, failed), closed)
 
     def action_pull(self) -> None:
+        if self._recorded("pull outputs"):
+            return
         h = self.host(self.selected_host)
         if h is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -570,6 +626,8 @@ class GpuroomApp(App[None]):
         self._send_pull(h.name, job.id if job is not None and job.pending != "add" else None)
 
     def action_gate(self) -> None:
+        if self._recorded("check the teardown gate"):
+            return
         if self.selected_host is None:
             self.notify("no host selected: enter on a host first", severity="warning")
             return

@@ -6,9 +6,45 @@ this is the one place the room starts ssh itself.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+from gpuroom.tui.sanitize import last_words
+
+STDERR_KEEP_BYTES = 4096  # the tail of ssh's own stderr kept to quote once the room is back
+_CHUNK = 1024
 
 
-def run_interactive_ssh(argv: list[str]) -> int:
-    """Run ``argv`` attached to the terminal until the user leaves; its exit status."""
-    return subprocess.call(argv)
+@dataclass(frozen=True)
+class SshExit:
+    """How the user's ssh ended: its status and the last words of its own stderr (inert)."""
+
+    rc: int
+    stderr_tail: str
+
+
+def _tee(src: int, dst: int, kept: bytearray) -> None:
+    """Copy ``src`` to ``dst`` as it comes (the user reads ssh's messages live) and keep its
+    tail: the room redraws over the terminal once ssh exits, erasing what ssh said."""
+    while chunk := os.read(src, _CHUNK):
+        os.write(dst, chunk)
+        kept += chunk
+        del kept[:-STDERR_KEEP_BYTES]
+
+
+def run_interactive_ssh(argv: list[str]) -> SshExit:
+    """Run ``argv`` attached to the terminal until the user leaves. A session's own output goes
+    through the pty to ssh's stdout; ssh's stderr carries only ssh's diagnostics ("Connection
+    refused", "Permission denied"), kept here to be said again in the room."""
+    kept = bytearray()
+    with subprocess.Popen(argv, stderr=subprocess.PIPE) as proc:
+        assert proc.stderr is not None
+        reader = threading.Thread(target=_tee, args=(proc.stderr.fileno(), sys.stderr.fileno(),
+                                                     kept), daemon=True)
+        reader.start()
+        rc = proc.wait()
+        reader.join()
+    return SshExit(rc, last_words(bytes(kept)))
