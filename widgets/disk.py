@@ -68,9 +68,9 @@ class DiskPanel(Widget):
             table.add_column("ifree", justify="right")
         table.add_column("iuse%", justify="right")
         table.add_column("inodes", no_wrap=True)
+        failed = [d for d in self.disks if d.error]
         for d in self.disks:
             if d.error:
-                table.add_row(d.path, Text(d.error, style="red"))
                 continue
             cells: list[Text | str] = [d.path]
             if wide:
@@ -86,4 +86,10 @@ class DiskPanel(Widget):
                 bar(d.inodes_pct, d.inodes_level),
             ]
             table.add_row(*cells)
-        return table
+        if not failed:
+            return table
+        # A path that could not be read is one line of its own ("/workspace: not mounted"),
+        # never a cell: a long error in a narrow column wrapped and broke the table.
+        lines = [Text(f"{d.path}: {d.error}", style="red", no_wrap=True, overflow="ellipsis")
+                 for d in failed]
+        return Group(table, *lines) if len(failed) < len(self.disks) else Group(*lines)

@@ -648,6 +648,27 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
     return out
 
 
+def missing_mount_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
+    """A mount the host's profile says to watch that is not there (principle 4, U7): what is
+    written to that path lands on whatever disk holds its parent, which may not survive."""
+    if profile is None:
+        return []
+    expected = {m.path: m for m in profile.mounts}
+    out: list[Finding] = []
+    for d in snap.disks:
+        mount = expected.get(d.path or "")
+        if mount is None or not d.missing:
+            continue
+        name = profile.title or profile.platform
+        out.append(Finding(
+            "U7", "warn", host,
+            f"{mount.path}: not mounted, but the {name} profile expects its {mount.role} there",
+            f"{mount.path}: {d.error}; the profile says: {mount.note or mount.role}",
+            f"attach or mount the {mount.role} at {mount.path} before writing checkpoints; "
+            "if this box keeps it elsewhere, add that path to the host's mounts in hosts.toml"))
+    return out
+
+
 # ------------------------------------------------------------------------------- entry points
 
 def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
@@ -666,6 +687,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += gpu_findings(host, prev, snap)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
+    out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
     return sort_findings(out)
 

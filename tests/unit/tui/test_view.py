@@ -167,7 +167,7 @@ def test_disk_error_and_no_inode_accounting() -> None:
                       {"path": "/btrfs", "total_bytes": 100, "free_bytes": 50,
                        "total_inodes": 0, "free_inodes": 0}]}
     gone, btrfs = disk_rows(view(snap))
-    assert gone.error == "FileNotFoundError: nope" and gone.level == "ok"
+    assert gone.error == "not mounted" and gone.level == "ok"  # issue 17 item 14
     assert btrfs.inodes_pct is None and btrfs.bytes_pct == 50
 
 
