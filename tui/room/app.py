@@ -32,6 +32,7 @@ from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.detail import host_detail, job_detail
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_clock, fmt_cut, fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
@@ -42,6 +43,7 @@ from gpuroom.tui.present.jobs import (
 )
 from gpuroom.tui.present.log import log_chunk
 from gpuroom.tui.room.commands import run_user_command
+from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
 from gpuroom.tui.room.messages import HostChanged
@@ -600,6 +602,18 @@ class GpuroomApp(App[None]):
             # The room redrew over what ssh printed: say it again, it is the cause.
             self.notify(f"ssh {host} exited with status {rc}" + (f": {said}" if said else ""),
                         severity="warning", timeout=30)
+
+    def action_detail(self) -> None:
+        h = self.host(self.selected_host)
+        if h is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+        queue = self.query_one(QueueTable)
+        job = queue.selected_job
+        if queue.has_focus and job is not None:
+            self.push_screen(DetailScreen(f"job {h.name}/{job.id}", job_detail(h, job)))
+        else:
+            self.push_screen(DetailScreen(f"host {h.name}", host_detail(h, self.clock())))
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()

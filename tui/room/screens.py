@@ -38,6 +38,8 @@ KEYS: tuple[Key, ...] = (
     Key("K", "kill", "kill the selected job (asks first)", short="kill"),
     Key("R", "relaunch", "relaunch the selected job", short="relaunch"),
     Key("a", "add_job", "add a job to the selected host's queue", short="add"),
+    Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
+        "else the host's whole state, error and fix", short="detail"),
     Key("f", "toggle_follow", "follow / pause the log", short="follow"),
     Key("r", "refresh", "poll the selected host now", short="refresh"),
     Key("s", "ssh", "interactive ssh to the selected host", short="ssh"),
