@@ -53,6 +53,7 @@ from gpuroom.tui.room.screens import (
     AddJobScreen,
     ConfirmScreen,
     HelpScreen,
+    key_hint,
     key_label,
 )
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
@@ -127,6 +128,11 @@ class GpuroomApp(App[None]):
     .-narrow #gpu { width: 1fr; height: 6; }
     .-narrow HostsTable { max-height: 5; }
     .-narrow #disk { width: 38; }
+    /* 80 columns: the footer's word per key no longer fits; one line says every key group. */
+    #keyhint { display: none; dock: bottom; height: 1;
+               background: $footer-background; color: $footer-foreground; }
+    .-narrow Footer { display: none; }
+    .-narrow #keyhint { display: block; }
     """
     HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 (App declares it as a plain list)
         (0, "-narrow"),
@@ -244,6 +250,7 @@ class GpuroomApp(App[None]):
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
         yield Footer()
+        yield Static(key_hint(), id="keyhint", markup=False)
 
     def on_mount(self) -> None:
         for warning in self._warnings:

@@ -25,6 +25,7 @@ class Key:
     description: str
     short: str = ""  # footer label; empty = not in the footer
     palette: bool = True  # also offered as a ctrl+p command
+    group: str = ""  # the 80-column hint says a group's keys together: "K R a job"
 
 
 KEYS: tuple[Key, ...] = (
@@ -35,18 +36,19 @@ KEYS: tuple[Key, ...] = (
     Key("slash", "filter", "filter hosts by name (esc clears)", short="filter"),
     Key("question_mark", "help", "this help", short="help"),
     Key("ctrl+p", "command_palette", "command palette", palette=False),
-    Key("K", "kill", "kill the selected job (asks first)", short="kill"),
-    Key("R", "relaunch", "relaunch the selected job", short="relaunch"),
-    Key("a", "add_job", "add a job to the selected host's queue", short="add"),
+    Key("K", "kill", "kill the selected job (asks first)", short="kill", group="job"),
+    Key("R", "relaunch", "relaunch the selected job", short="relaunch", group="job"),
+    Key("a", "add_job", "add a job to the selected host's queue", short="add", group="job"),
     Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
         "else the host's whole state, error and fix", short="detail"),
     Key("f", "toggle_follow", "follow / pause the log", short="follow"),
-    Key("r", "refresh", "poll the selected host now", short="refresh"),
-    Key("s", "ssh", "interactive ssh to the selected host", short="ssh"),
+    Key("r", "refresh", "poll the selected host now", short="refresh", group="host"),
+    Key("s", "ssh", "interactive ssh to the selected host", short="ssh", group="host"),
     Key("d", "findings", "doctor: every finding and danger clock, with fixes", short="doctor"),
     Key("P", "pull", "pull the selected job's outputs home, verified (no job: all)",
-        short="pull"),
-    Key("T", "gate", "teardown gate: is it safe to stop paying for this host?", short="gate"),
+        short="pull", group="host"),
+    Key("T", "gate", "teardown gate: is it safe to stop paying for this host?", short="gate",
+        group="host"),
     Key("q", "quit", "quit", short="quit"),
 )
 
@@ -56,6 +58,16 @@ _KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab"}
 def key_label(spec: str) -> str:
     """How a key spec is written for humans: "slash" -> "/"."""
     return " ".join(_KEY_NAMES.get(k, k) for k in spec.split(","))
+
+
+def key_hint() -> str:
+    """Every footer key on one line for 80 columns, a group's keys together ("K R a job",
+    "r s P T host"), where the footer's one word per key no longer fits; ? lists them all."""
+    parts: dict[str, list[str]] = {}
+    for k in KEYS:
+        if k.short:
+            parts.setdefault(k.group or k.short, []).append(key_label(k.key))
+    return "  ".join(f"{' '.join(keys)} {label}" for label, keys in parts.items())
 
 
 class HelpScreen(ModalScreen[None]):
