@@ -12,6 +12,8 @@ from gpuroom.tui.present.format import fmt_whole, sparkline
 from gpuroom.tui.present.gpus import GpuRow, GpuView
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
+# Below this the memory clock gives way, so the throttle reasons (U23) keep their room.
+MEM_CLOCK_FROM = 72
 
 
 def problem_text(lines: tuple[str, ...]) -> Text:
@@ -61,15 +63,21 @@ class GpuPanel(Widget):
 
     def _table(self, view: GpuView) -> Table:
         wide = self.size.width >= WIDE
-        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
-        for name, width in (("#", 1), ("pwr/lim W", 9), ("temp", 4), ("sm%", 3), ("mem%", 4),
-                            ("sm MHz", 9), ("mem MHz", 9)):
+        mem_clock = self.size.width >= MEM_CLOCK_FROM
+        # As wide as the pane: a throttle list too long for it ends in "…" inside it.
+        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False,
+                      width=self.size.width or None)
+        columns = [("#", 1), ("pwr/lim W", 9), ("temp", 4), ("sm%", 3), ("mem%", 4),
+                   ("sm MHz", 9)]
+        if mem_clock:
+            columns.append(("mem MHz", 9))
+        for name, width in columns:
             table.add_column(name, justify="right", no_wrap=True, min_width=width)
         if wide:
             table.add_column("vram GiB", justify="right", no_wrap=True)
             table.add_column("sm hist", no_wrap=True)
             table.add_column("pwr hist", no_wrap=True)
-        table.add_column("throttle", no_wrap=True, overflow="ellipsis", max_width=20)
+        table.add_column("throttle", no_wrap=True, overflow="ellipsis", min_width=8)
         for i, g in enumerate(view.rows):
             cells: list[Text | str] = [
                 str(g.index),
@@ -78,8 +86,9 @@ class GpuPanel(Widget):
                 fmt_whole(g.util_gpu),
                 fmt_whole(g.util_mem),
                 _clock(g.sm_mhz, g.sm_max_mhz),
-                _clock(g.mem_mhz, g.mem_max_mhz),
             ]
+            if mem_clock:
+                cells.append(_clock(g.mem_mhz, g.mem_max_mhz))
             if wide:
                 cells.append(_vram(g))
                 cells.append(_hist(view.sm_history, i, g.sm_max_mhz))
