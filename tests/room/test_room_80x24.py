@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from screen_text import screen_text
+from harness.room import screen_text
 from test_app_pilot import make_app
 
 from gpuroom.tui.present.banner import Danger, banner_line

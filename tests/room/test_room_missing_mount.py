@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.room import screen_text
 from paths import DATA
-from screen_text import screen_text
 
 from gpuroom.profiles import load_profile
 from gpuroom.remote.hostinfo import disk_facts

@@ -10,8 +10,8 @@ import time
 from contextlib import nullcontext
 
 import pytest
+from harness.room import screen_text
 from paths import DATA
-from screen_text import screen_text
 
 from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
 from gpuroom.tui.present.format import fmt_clock

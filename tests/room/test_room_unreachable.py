@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import pytest
-from screen_text import screen_text
+from harness.room import screen_text
 
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.model import HostState, LinkState

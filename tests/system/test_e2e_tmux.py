@@ -414,6 +414,8 @@ def _flat(screen: str) -> str:
 
 
 @pytest.mark.netns
+@pytest.mark.attack("faults", "the box behind a ProxyJump stops answering, then the jump "
+                              "itself: each failure is named by its hop, with a fix")
 def test_unreachable_host_in_tmux(start_room: Any, jump_topology: Any, tmp_path: Path) -> None:
     """Issue 17 item 10 against real sshds behind a real ProxyJump: the panes say why with the
     fix and the failing hop, the age ticks, the next try is announced, and `s` leaves ssh's
