@@ -449,3 +449,22 @@ def test_unreachable_host_in_tmux(start_room: Any, jump_topology: Any, tmp_path:
                     STEP_S * 2, "ssh's own error after s")
     pane.send_keys("q")
     assert pane.wait_exit(STEP_S) == 0
+
+
+@pytest.mark.skipif(Path("/workspace").exists(), reason="this machine has a /workspace")
+def test_profile_mount_not_there_in_tmux(start_room: Any, sshd_box: Any, tmp_path: Path) -> None:
+    """Issue 17 item 14 on the real helper: the RunPod profile's /workspace, never listed in
+    hosts.toml, is watched; on this box it does not exist, which the disk pane says in one line
+    and the banner explains."""
+    config = tmp_path / "pod.toml"
+    config.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
+        "hosts": {"box": {"ssh": sshd_box.alias, "profile": "runpod"}},
+    }).encode())
+    pane = start_room("screen-256color", config)
+    screen = pane.wait_until(lambda s: "/workspace: not mounted" in s, STEP_S,
+                             "the missing mount in the disk pane")
+    assert "FileNotFoundError" not in screen
+    assert "/workspace: not mounted, but the RunPod profile expects its volume" in screen
+    pane.send_keys("q")
+    assert pane.wait_exit(STEP_S) == 0
