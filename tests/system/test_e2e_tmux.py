@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from harness.sshd import box_python
 from harness.tmux import ScreenTimeout, TmuxPane, find_tmux
 
 from gpuroom.tui.cli.main import main
@@ -368,18 +368,12 @@ def nvml_python(sshd_box: Any) -> Iterator[Path]:
     """The wrapper above, in the test user's home with the stand-in beside it."""
     from fakes import FAKES
 
-    user = pwd.getpwnam(sshd_box.user)
     root = sshd_box.home / "gpuroom-e2e-nvml"
     shutil.rmtree(root, ignore_errors=True)
     (root / "fakes").mkdir(parents=True)
     shutil.copyfile(FAKES / "nvml.py", root / "fakes" / "nvml.py")
-    wrapper = root / "python3"
-    wrapper.write_text(_NVML_PYTHON.format(fakes=str(root / "fakes")))
-    wrapper.chmod(0o755)
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
     try:
-        yield wrapper
+        yield box_python(root, _NVML_PYTHON.format(fakes=str(root / "fakes")), sshd_box.user)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

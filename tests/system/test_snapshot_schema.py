@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import shutil
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 from fakes import NVIDIA_SMI
+from harness.sshd import box_python
 
 from gpuroom.remote import kernel
 from gpuroom.remote.probe import ProbeSession
@@ -49,7 +48,6 @@ def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
     """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
     its environment. Everything it needs is copied into the test user's home, so the box
     reads nothing of the jump host's checkout."""
-    user = pwd.getpwnam(sshd_box.user)
     root = sshd_box.home / "gpuroom-schema-test"
     shutil.rmtree(root, ignore_errors=True)
     for rel in SMI_CAPTURES:
@@ -59,13 +57,10 @@ def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
            "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = root / "python3"
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
+    wrapper = box_python(root, "#!/usr/bin/python3\nimport os, sys\n"
+                               f"os.environ.update({env!r})\n"
+                               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n",
+                         sshd_box.user)
     try:
         yield wrapper
     finally:

@@ -1,7 +1,7 @@
 """Key `i`: the whole of what a pane had to cut, as label / text rows that wrap, never cut.
 
 Rows come from tui/present/detail.py (host_detail, job_detail); any list of rows works, so
-a fuller job detail later is more rows, not another screen.
+a fuller job detail later is more rows, not another screen (the help screen is one too).
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ class DetailScreen(ModalScreen[None]):
         Binding("escape,i,q", "close", "Close"),
     ]
 
-    def __init__(self, title: str, rows: Rows) -> None:
+    def __init__(self, title: str, rows: Rows, *, closes: str = "esc closes") -> None:
         super().__init__()
         self.title_text = title
         self.rows = rows
+        self.closes = closes
 
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
@@ -46,7 +47,7 @@ class DetailScreen(ModalScreen[None]):
             # The box's words (an error, a command): Text, never markup.
             table.add_row(label, Text(text))
         with VerticalScroll():
-            yield Static(Text(f"{self.title_text}  (esc closes)", style="bold"))
+            yield Static(Text(f"{self.title_text}  ({self.closes})", style="bold"))
             yield Static(table)
 
     def action_close(self) -> None:

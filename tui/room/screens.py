@@ -1,5 +1,6 @@
-"""Modal screens: help, kill confirmation, add-job form. The key table lives here too, so the
-help screen, the bindings and the command palette are all generated from one list."""
+"""Modal screens: help (a detail screen of the keys), kill confirmation, add-job form. The key
+table lives here too, so the help screen, the bindings and the command palette are all
+generated from one list."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import shlex
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.table import Table
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label
+
+from gpuroom.tui.room.detail_screen import DetailScreen
 
 
 @dataclass(frozen=True)
@@ -70,32 +72,19 @@ def key_hint() -> str:
     return "  ".join(f"{' '.join(keys)} {label}" for label, keys in parts.items())
 
 
-class HelpScreen(ModalScreen[None]):
-    """Every key, from KEYS."""
+class HelpScreen(DetailScreen):
+    """Every key, from KEYS: the detail screen's rows, a key and what it does."""
 
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > Vertical {
-        width: 64; max-width: 100%; height: auto; max-height: 100%;
-        border: round $accent; padding: 0 1; background: $surface;
-    }
+    HelpScreen > VerticalScroll { width: 72; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark,q", "dismiss_help", "Close"),
+        Binding("escape,question_mark,q", "close", "Close"),
     ]
 
-    def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        for k in KEYS:
-            table.add_row(key_label(k.key), k.description)
-        with Vertical():
-            yield Static("[b]gpuroom keys[/b]  (esc closes; ctrl+p runs any of them by name)")
-            yield Static(table)
-
-    def action_dismiss_help(self) -> None:
-        self.dismiss(None)
+    def __init__(self) -> None:
+        super().__init__("gpuroom keys", [(key_label(k.key), k.description) for k in KEYS],
+                         closes="esc closes; ctrl+p runs any of them by name")
 
 
 class ConfirmScreen(ModalScreen[bool]):
