@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from harness.room import screen_text
 from test_app_pilot import make_app
 
@@ -52,3 +53,16 @@ async def test_80x24_banner_hosts_and_keys() -> None:
                 assert key_label(k.key) in hint.split(), (k.key, hint)
         for group in ("job", "host", "doctor", "quit"):
             assert group in hint.split(), hint
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 129, 130, 160])
+async def test_every_key_is_on_the_bottom_line_at_any_width(width: int) -> None:
+    # At 120 columns Textual's footer had run out before "q quit".
+    app, _ = make_app()
+    async with app.run_test(size=(width, 36)) as pilot:
+        await pilot.pause()
+        bottom = screen_text(app).splitlines()[-1].split()
+        for k in KEYS:
+            if k.short:
+                assert key_label(k.key) in bottom, (width, k.key, bottom)
+        assert "quit" in bottom, bottom

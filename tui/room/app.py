@@ -53,6 +53,7 @@ from gpuroom.tui.room.screens import (
     AddJobScreen,
     ConfirmScreen,
     HelpScreen,
+    footer_width,
     key_hint,
     key_label,
 )
@@ -128,11 +129,9 @@ class GpuroomApp(App[None]):
     .-narrow #gpu { width: 1fr; height: 6; }
     .-narrow HostsTable { max-height: 5; }
     .-narrow #disk { width: 38; }
-    /* 80 columns: the footer's word per key no longer fits; one line says every key group. */
+    /* Shown instead of the footer where its word per key no longer fits (on_resize). */
     #keyhint { display: none; dock: bottom; height: 1;
                background: $footer-background; color: $footer-foreground; }
-    .-narrow Footer { display: none; }
-    .-narrow #keyhint { display: block; }
     """
     HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 (App declares it as a plain list)
         (0, "-narrow"),
@@ -179,6 +178,8 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+        self._footer: Footer | None = None
+        self._hint: Static | None = None
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's own palette commands, less its Quit: KEYS has quit, with its key."""
@@ -249,10 +250,25 @@ class GpuroomApp(App[None]):
         with Horizontal(id="row2"):
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
-        yield Footer()
-        yield Static(key_hint(), id="keyhint", markup=False)
+        self._footer = Footer()
+        self._hint = Static(key_hint(), id="keyhint", markup=False)
+        yield self._footer
+        yield self._hint
+
+    def on_resize(self) -> None:
+        self._fit_footer()
+
+    def _fit_footer(self) -> None:
+        """The footer, or where it would lose keys off its end (q quit went first), one line
+        naming every key group (screens.key_hint)."""
+        if self._footer is None or self._hint is None:
+            return  # resized before compose
+        hint = self.size.width < footer_width()
+        self._footer.display = not hint
+        self._hint.display = hint
 
     def on_mount(self) -> None:
+        self._fit_footer()
         for warning in self._warnings:
             self.notify(warning, severity="warning", timeout=30)
         self.query_one("#queue", QueueTable).border_title = "queue"

@@ -72,6 +72,16 @@ def key_hint() -> str:
     return "  ".join(f"{' '.join(keys)} {label}" for label, keys in parts.items())
 
 
+PALETTE_FOOTER_WIDTH = 12  # "▏^p palette ", docked right of the keys
+
+
+def footer_width() -> int:
+    """Columns Textual's footer takes to show every key with its word and the palette's key:
+    below this the room shows key_hint's one line instead."""
+    keys = sum(len(key_label(k.key)) + len(k.short) + 3 for k in KEYS if k.short)
+    return 1 + keys + PALETTE_FOOTER_WIDTH
+
+
 class HelpScreen(DetailScreen):
     """Every key, from KEYS: the detail screen's rows, a key and what it does."""
 
