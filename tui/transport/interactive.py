@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from gpuroom.tui.sanitize import last_words
 
 STDERR_KEEP_BYTES = 4096  # the tail of ssh's own stderr kept to quote once the room is back
 _CHUNK = 1024
+STDERR_FD = 2
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,13 @@ class SshExit:
 def _tee(src: int, dst: int, kept: bytearray) -> None:
     """Copy ``src`` to ``dst`` as it comes (the user reads ssh's messages live) and keep its
     tail: the room redraws over the terminal once ssh exits, erasing what ssh said."""
+    show = True
     while chunk := os.read(src, _CHUNK):
-        os.write(dst, chunk)
+        if show:
+            try:
+                os.write(dst, chunk)
+            except OSError:
+                show = False  # the terminal went away: keep draining, or ssh blocks on it
         kept += chunk
         del kept[:-STDERR_KEEP_BYTES]
 
@@ -42,8 +47,9 @@ def run_interactive_ssh(argv: list[str]) -> SshExit:
     kept = bytearray()
     with subprocess.Popen(argv, stderr=subprocess.PIPE) as proc:
         assert proc.stderr is not None
-        reader = threading.Thread(target=_tee, args=(proc.stderr.fileno(), sys.stderr.fileno(),
-                                                     kept), daemon=True)
+        # fd 2 itself, the terminal: while the app runs, sys.stderr may be its capture.
+        reader = threading.Thread(target=_tee, args=(proc.stderr.fileno(), STDERR_FD, kept),
+                                  daemon=True)
         reader.start()
         rc = proc.wait()
         reader.join()
