@@ -241,8 +241,9 @@ class SshTransport:
     async def connect(cls, host: str, alias: str, ssh_config: Path | None,
                       python: str = "python3") -> SshTransport:
         config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
-        ciphers = await _cipher_preference(config, alias)
-        hops = await _proxy_jump(config, alias)
+        options = await _config_options(config, alias)
+        ciphers = _cipher_preference(options)
+        hops = _proxy_jump(options)
         # The jump hosts first, each failure naming its hop; asyncssh's own ProxyJump would
         # raise the same OSError for a dead jump as for a dead box behind it.
         jump = await _open_jumps(host, alias, hops, config) if hops else None
@@ -336,7 +337,16 @@ def _aes_gcm_first(algs: list[bytes]) -> list[bytes]:
     return sorted(algs, key=rank)  # stable: the rest keep asyncssh's order
 
 
-async def _cipher_preference(config: Any, alias: str) -> Any:
+async def _config_options(config: Any, alias: str) -> asyncssh.SSHClientConnectionOptions:
+    """What the user's ssh_config says for ``alias``. Only the config is wanted here: no key
+    files, known_hosts or agent read for it (the connect that follows reads those once)."""
+    options: asyncssh.SSHClientConnectionOptions = \
+        await asyncssh.SSHClientConnectionOptions.construct(
+            config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
+    return options
+
+
+def _cipher_preference(options: asyncssh.SSHClientConnectionOptions) -> Any:
     """asyncssh's ciphers with AES-GCM first, unless the user's ssh_config names Ciphers.
 
     asyncssh offers chacha20-poly1305 first, as OpenSSH does, but computes it in Python-driven
@@ -345,19 +355,13 @@ async def _cipher_preference(config: Any, alias: str) -> Any:
     wrote is theirs.
     """
     default = list(asyncssh.encryption.get_default_encryption_algs())
-    # Only the config is wanted here: no key files, known_hosts or agent read for it (the
-    # connect that follows reads those once).
-    options = await asyncssh.SSHClientConnectionOptions.construct(
-        config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
     if list(options.encryption_algs) != default:
         return ()  # () lets asyncssh take the config's own list
     return [alg.decode("ascii") for alg in _aes_gcm_first(default)]
 
 
-async def _proxy_jump(config: Any, alias: str) -> str | None:
+def _proxy_jump(options: asyncssh.SSHClientConnectionOptions) -> str | None:
     """The alias's ProxyJump as the user's ssh_config gives it ("jump", "u@a:22,b"), or None."""
-    options = await asyncssh.SSHClientConnectionOptions.construct(
-        config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
     tunnel = options.tunnel
     return tunnel if isinstance(tunnel, str) and tunnel and tunnel != "none" else None
 
