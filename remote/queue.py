@@ -284,12 +284,33 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
     return best
 
 
+def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The newest checkpoint of a job that succeeded (the jump host's "not pulled yet" clock
+    needs to know it wrote one). Such a dir rarely changes, so it is walked again only when
+    its own mtime does: a poll costs one stat per finished job, not a walk."""
+    if not ckpt_dir:
+        return None
+    try:
+        st = os.stat(ckpt_dir)
+    except OSError:
+        return None
+    key = [st.st_ino, st.st_mtime_ns]
+    hit = cache.get(ckpt_dir)
+    if hit is None or hit[0] != key:
+        hit = [key, newest_checkpoint(ckpt_dir)]
+    cache[ckpt_dir] = hit
+    return hit[1]  # type: ignore[no-any-return]
+
+
 def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     """The probe's ``queue`` section: every queue, bounded, with log bytes per cursor."""
     root = root_dir(request.get("queue_root"))
     cursors = request.get("logs") or {}
     readers = session.state.setdefault("queue_readers", {})
     out: Dict[str, Any] = {"root": root, "queues": {}}
+    # Rebuilt every probe from the dirs still listed, so it never outgrows the job list.
+    old_ckpts = session.state.get("finished_checkpoints") or {}
+    ckpts: Dict[str, Any] = {}
     for name in list_queues(root):
         qdir = queue_dir(root, name)
         if name not in readers:
@@ -301,7 +322,13 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
             if job["state"] in ACTIVE_STATES:
                 job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+            elif job["state"] == "succeeded" and job.get("ckpt_dir"):
+                ckpt_dir = str(job["ckpt_dir"])
+                if ckpt_dir in old_ckpts:
+                    ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
+                job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
         out["queues"][name] = view
+    session.state["finished_checkpoints"] = ckpts
     return {"queue": out}
 
 

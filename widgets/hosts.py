@@ -20,6 +20,7 @@ LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold 
 # gpu pane too) and the profile scroll off to the right.
 COLUMNS = ("host", "state", "find", "GPUs", "job", "disk", "inode", "billed", "SM MHz",
            "power W", "profile")
+STATE_WIDTH = 28
 
 
 class HostsTable(RowTable):
@@ -44,8 +45,9 @@ class HostsTable(RowTable):
     def watch_hosts(self, rows: tuple[HostRow, ...]) -> None:
         self.set_rows([(r.name, (
             Text(r.name, style="bold"),
-            # Short by construction (link_text): the reason is in the host's panes and `i`.
-            Text(r.state, style=LEVEL_STYLE[r.level]),
+            # STALE and DOWN are short by construction (link_text: the reason is in the host's
+            # panes and `i`); "UP, kernel+gpus failed" may not be, and is cut with "…".
+            Text(fmt_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
             Text(r.findings, style=LEVEL_STYLE[r.findings_level]),
             Text(r.gpus),
             Text(fmt_cut(r.job, 16)),

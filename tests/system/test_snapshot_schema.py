@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
 import shutil
 import time
 from collections.abc import Iterator
@@ -22,10 +24,8 @@ from typing import Any
 
 import pytest
 from fakes import NVIDIA_SMI
-from harness.sshd import box_python
+from harness.boxenv import probe_with_a_broken_section, python_with_env
 
-from gpuroom.remote import kernel
-from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
@@ -48,6 +48,7 @@ def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
     """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
     its environment. Everything it needs is copied into the test user's home, so the box
     reads nothing of the jump host's checkout."""
+    user = pwd.getpwnam(sshd_box.user)
     root = sshd_box.home / "gpuroom-schema-test"
     shutil.rmtree(root, ignore_errors=True)
     for rel in SMI_CAPTURES:
@@ -57,10 +58,9 @@ def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
            "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = box_python(root, "#!/usr/bin/python3\nimport os, sys\n"
-                               f"os.environ.update({env!r})\n"
-                               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n",
-                         sshd_box.user)
+    wrapper = python_with_env(root / "python3", env)
+    for path in (root, *root.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid)
     try:
         yield wrapper
     finally:
@@ -115,18 +115,7 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
     assert snap["gpu_source"] == "nvidia-smi", snap["gpu_error"]  # the replay answered
     assert missing("probe", [snap]) == set()
     # A missing mount is one failure path; a collector that raises is the other.
-    broken = _probe_with_a_broken_section(monkeypatch)
+    broken = probe_with_a_broken_section(monkeypatch)
     assert [e["section"] for e in broken["errors"]] == ["kernel"]
     assert missing("failure", [snap, broken]) == set()
 
-
-def _probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(kernel, "collect", broken)
-    session = ProbeSession()
-    try:
-        return session.snapshot({})
-    finally:
-        session.close()

@@ -10,16 +10,19 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.outputs import PullRecords
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.banner import Danger, failed_job_dangers, fleet_dangers
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
+from gpuroom.tui.rules.gate import Record
 from gpuroom.tui.rules.watch import cached_profile
 from gpuroom.tui.sanitize import sanitize_line
 
@@ -39,8 +42,10 @@ async def _poll(config: cfg.Config, only: str | None) -> list[HostState]:
         await fleet.close()
 
 
-def examine(states: list[HostState], now: float) -> tuple[list[Finding], list[ClockItem]]:
-    """One poll's findings and clocks (no previous snapshot: transitions need the room)."""
+def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
+            ) -> tuple[list[Finding], list[ClockItem]]:
+    """One poll's findings and clocks (no previous snapshot: transitions need the room).
+    ``records``: the pull records, which the gate reads too."""
     cache: dict[str, Profile | None] = {}
     findings: list[Finding] = []
     clocks: list[ClockItem] = []
@@ -50,7 +55,7 @@ def examine(states: list[HostState], now: float) -> tuple[list[Finding], list[Cl
                              host=s.name, error=s.error, last_ok=s.last_ok)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
-                                  price_per_hour=s.price_per_hour)
+                                  price_per_hour=s.price_per_hour, records=records)
     return findings, clocks
 
 
@@ -111,7 +116,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     states = asyncio.run(_poll(config, args.host))
     now = time.time()
-    findings, clocks = examine(states, now)
+    findings, clocks = examine(states, now, PullRecords().current())
     failed = _failed(states, findings, now)
     if args.json:
         doc: dict[str, Any] = {

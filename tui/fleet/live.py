@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
+from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
@@ -111,6 +111,7 @@ class Fleet(PendingLedger):
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
+        self._pull_records = PullRecords()
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
@@ -255,6 +256,9 @@ class Fleet(PendingLedger):
 
     async def gate(self, host: str) -> GateResult:
         return await check_gate(self.link(host))
+
+    def pull_records(self) -> list[dict[str, Any]]:
+        return self._pull_records.current()
 
     def teardown_argv(self, host: str) -> list[str] | None:
         cmd = self._hosts[host].teardown_command if host in self._hosts else None

@@ -103,6 +103,11 @@ def fmt_hours(seconds: float | None) -> str:
     return NA if seconds is None else f"{seconds / 3600:.1f}h"
 
 
+def fmt_utc(epoch: float) -> str:
+    """A moment for findings, independent of this machine's zone: 2026-11-24 12:03:04 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+
+
 def fmt_mmss(seconds: float) -> str:
     """Slurm's own notation for time left (squeue %L): 0:41."""
     s = max(0, int(seconds))
