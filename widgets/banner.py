@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -28,6 +29,11 @@ class DangerBanner(Widget):
         levels = {d.level for d in items}
         self.set_class("crit" in levels, "-crit")
         self.set_class("crit" not in levels and "warn" in levels, "-warn")
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # One line per shown item, whatever width the text was measured at: a line measured
+        # before the banner knew its width came out as two, leaving a blank one under it.
+        return max(1, min(len(self.items), MAX_LINES))
 
     def render(self) -> RenderableType:
         items = self.items

@@ -11,7 +11,10 @@ import pytest
 from harness.room import screen_text
 from test_app_pilot import make_app
 
+from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.banner import Danger, banner_line
+from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.room.screens import KEYS, key_label
 from gpuroom.widgets.banner import DangerBanner
 
@@ -66,3 +69,16 @@ async def test_every_key_is_on_the_bottom_line_at_any_width(width: int) -> None:
             if k.short:
                 assert key_label(k.key) in bottom, (width, k.key, bottom)
         assert "quit" in bottom, bottom
+
+
+
+async def test_one_long_banner_item_takes_one_line() -> None:
+    # The doctor's GEN8 line for a DOWN host, there from the first frame: measured before the
+    # banner knew its width, it took two rows, the second blank.
+    host = HostState(name="far", state=LinkState.DOWN, error="far: refused", last_try=1e9,
+                     last_ok=1e9 - 400)
+    app = GpuroomApp(StaticFleet([host]), clock=lambda: 1e9)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        assert lines[0].rstrip().endswith("[GEN8]") and lines[1].split()[0] == "host", lines[:3]
