@@ -18,11 +18,10 @@ MEM_CLOCK_FROM = 72
 
 def problem_text(lines: tuple[str, ...]) -> Text:
     """A host's link problem (present/hosts.py LinkProblem.lines): the headline in red, the
-    cause, the fix in yellow, the next try dim; each line wraps, none is cut."""
+    cause, the fix in yellow; each line wraps, none is cut."""
     text = Text()
     for n, line in enumerate(lines):
-        style = ("bold red" if n == 0 else "yellow" if line.startswith("Fix: ")
-                 else "dim" if line.startswith("next try") else "")
+        style = "bold red" if n == 0 else "yellow" if line.startswith("Fix: ") else ""
         text.append(("\n" if n else "") + line, style=style)
     return text
 

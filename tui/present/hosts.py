@@ -45,9 +45,11 @@ class LinkProblem:
     next_try: str  # "next try in 12 s" / "next try now" / "" when nothing polls (replay)
 
     def lines(self) -> tuple[str, ...]:
-        """The block a pane shows: headline, cause, fix, next try; empty parts left out."""
+        """The block a pane shows: headline with the next try (first, so a short pane at
+        80x24 still shows when), cause, fix; empty parts left out."""
         fix = f"Fix: {self.fix}" if self.fix else ""
-        return tuple(x for x in (self.headline, self.cause, fix, self.next_try) if x)
+        head = f"{self.headline}; {self.next_try}" if self.next_try else self.headline
+        return tuple(x for x in (head, self.cause, fix) if x)
 
 
 def link_problem(host: HostState, now: float) -> LinkProblem | None:
