@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpuroom.tui.present.format import fmt_whole, sparkline
+from gpuroom.tui.present.format import fmt_cut, fmt_whole, sparkline
 from gpuroom.tui.present.gpus import GpuRow, GpuView
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 # Below this the memory clock gives way, so the throttle reasons (U23) keep their room.
 MEM_CLOCK_FROM = 72
+THROTTLE_MIN = 8  # "throttle": the column's header
 
 
 def problem_text(lines: tuple[str, ...]) -> Text:
@@ -63,9 +65,7 @@ class GpuPanel(Widget):
     def _table(self, view: GpuView) -> Table:
         wide = self.size.width >= WIDE
         mem_clock = self.size.width >= MEM_CLOCK_FROM
-        # As wide as the pane: a throttle list too long for it ends in "…" inside it.
-        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False,
-                      width=self.size.width or None)
+        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
         columns = [("#", 1), ("pwr/lim W", 9), ("temp", 4), ("sm%", 3), ("mem%", 4),
                    ("sm MHz", 9)]
         if mem_clock:
@@ -76,7 +76,7 @@ class GpuPanel(Widget):
             table.add_column("vram GiB", justify="right", no_wrap=True)
             table.add_column("sm hist", no_wrap=True)
             table.add_column("pwr hist", no_wrap=True)
-        table.add_column("throttle", no_wrap=True, overflow="ellipsis", min_width=8)
+        rows: list[list[Text | str]] = []
         for i, g in enumerate(view.rows):
             cells: list[Text | str] = [
                 str(g.index),
@@ -92,9 +92,21 @@ class GpuPanel(Widget):
                 cells.append(_vram(g))
                 cells.append(_hist(view.sm_history, i, g.sm_max_mhz))
                 cells.append(_hist(view.power_history, i, g.power_limit_w))
-            cells.append(_throttle(g))
-            table.add_row(*cells)
+            rows.append(cells)
+        # The throttle list gets what the other columns leave of the pane, and its cut ends
+        # in "…" inside the pane (rich crops a no_wrap cell that does not fit without a mark).
+        used = sum(max([cell_len(str(c.header)), c.min_width or 0,
+                        *(_width(row[n]) for row in rows)]) + 2
+                   for n, c in enumerate(table.columns))
+        room = max(THROTTLE_MIN, self.size.width - used) if self.size.width else None
+        table.add_column("throttle", no_wrap=True, min_width=THROTTLE_MIN)
+        for cells, g in zip(rows, view.rows, strict=True):
+            table.add_row(*cells, _throttle(g, room))
         return table
+
+
+def _width(cell: Text | str) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
 
 
 def _hist(history: tuple[tuple[float | None, ...], ...], i: int, top: float | None) -> Text:
@@ -108,7 +120,8 @@ def _vram(g: GpuRow) -> str:
     return f"{fmt_whole(g.mem_used_mib / 1024)}/{fmt_whole(g.mem_total_mib / 1024)}"
 
 
-def _throttle(g: GpuRow) -> Text:
+def _throttle(g: GpuRow, room: int | None) -> Text:
     if not g.throttle:
         return Text("-", style="dim")
-    return Text(g.throttle_short, style="bold yellow")
+    text = g.throttle_short
+    return Text(fmt_cut(text, room) if room else text, style="bold yellow")

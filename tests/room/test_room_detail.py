@@ -11,6 +11,7 @@ from test_app_pilot import make_app
 
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.room.detail_screen import DetailScreen
+from gpuroom.widgets.gpu import GpuPanel
 from gpuroom.widgets.queue import QueueTable
 
 os.environ["TZ"] = "UTC"
@@ -25,11 +26,13 @@ async def test_queue_commands_are_cut_with_a_mark_inside_the_pane() -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         queue = app.query_one(QueueTable)
-        # Below the pane's top border and its header line.
-        rows = [ln[: queue.region.right] for ln in screen_text(app).splitlines()
-                [queue.region.y + 2: queue.region.y + 2 + len(queue.jobs)]]
+        lines = screen_text(app).splitlines()
+        # Below the pane's top border: its header line, then a line per job.
+        header = lines[queue.region.y + 1]
+        rows = lines[queue.region.y + 2: queue.region.y + 2 + len(queue.jobs)]
+        at = header.index("command")
         for job, row in zip(queue.jobs, rows, strict=True):
-            shown = row.split()[-1]
+            shown = row[at: queue.region.right].strip()
             # The last thing in the pane is the command's cut, marked; never the next pane's.
             assert shown.endswith("…") and job.command.startswith(shown[:-1]), rows
 
@@ -66,3 +69,15 @@ async def test_i_on_a_host_shows_the_whole_error_and_fix() -> None:
         # Whole on screen: wrapped inside the box's borders, never cut.
         flat = " ".join(screen_text(app).replace("│", " ").split())
         assert LONG_FIX in flat and "via jump host 'jump'" in flat
+
+
+async def test_a_throttle_list_too_long_for_the_gpu_pane_is_cut_with_a_mark() -> None:
+    app, _ = make_app("throttle")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        gpu = app.query_one(GpuPanel)
+        lines = screen_text(app).splitlines()
+        row = next(ln[gpu.region.x: gpu.region.right] for ln in lines[gpu.region.y:]
+                   if ln[gpu.region.x: gpu.region.right].split()[:1] == ["0"])
+        shown = row.split()[-1]
+        assert shown.endswith("…") and "HwSlow,PwrBrake".startswith(shown[:-1]), row

@@ -118,17 +118,18 @@ def _isolated_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def start_room(room_config: Path, tmp_path: Path) -> Iterator[Any]:
-    """start_room(term) -> TmuxPane running gpuroom; the tmux server dies at teardown."""
+    """start_room(term, config, width) -> TmuxPane running gpuroom; the tmux server dies at
+    teardown."""
     panes: list[TmuxPane] = []
     pids: list[int] = []
 
-    def start(term: str, config: Path = room_config) -> TmuxPane:
+    def start(term: str, config: Path = room_config, width: int = 120) -> TmuxPane:
         conf_dir = tmp_path / f"tmux-{len(panes)}"
         conf_dir.mkdir()
         pane = TmuxPane.start(
             [str(GPUROOM_BIN), "--config", str(config)],
             env=_isolated_env(tmp_path), cwd=tmp_path, config_dir=conf_dir,
-            width=120, height=40, default_terminal=term,
+            width=width, height=40, default_terminal=term,
         )
         panes.append(pane)
         pid = pane.pane_pid()
@@ -386,7 +387,8 @@ def test_throttle_reasons_in_the_gpu_pane(start_room: Any, sshd_box: Any, tmp_pa
         "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
         "hosts": {"box": {"ssh": sshd_box.alias, "python": str(nvml_python)}},
     }).encode())
-    pane = start_room("screen-256color", config)
+    # 160 columns: the GPU pane has room for both reasons whole (narrower, they end in "…").
+    pane = start_room("screen-256color", config, width=160)
     screen = pane.wait_until(lambda s: "HwSlow,PwrBrake" in s and "SwPwrCap" in s, STEP_S,
                              "the throttle reasons in the GPU pane")
     rows = {line.split()[0]: line for line in screen.splitlines()

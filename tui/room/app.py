@@ -129,6 +129,10 @@ class GpuroomApp(App[None]):
     .-narrow #gpu { width: 1fr; height: 6; }
     .-narrow HostsTable { max-height: 5; }
     .-narrow #disk { width: 38; }
+    /* 120-159 columns: the queue takes what the GPU table does not need (its throttle list
+       is cut with "…"), so the command column is more than "pyt". */
+    .-wide #queue { width: 13fr; }
+    .-wide #gpu { width: 11fr; }
     /* Shown instead of the footer where its word per key no longer fits (on_resize). */
     #keyhint { display: none; dock: bottom; height: 1;
                background: $footer-background; color: $footer-foreground; }
@@ -136,6 +140,7 @@ class GpuroomApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 (App declares it as a plain list)
         (0, "-narrow"),
         (120, "-wide"),
+        (160, "-widest"),
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
