@@ -17,6 +17,7 @@ from gpuroom.widgets.rowtable import RowTable
 COMMAND_WIDTH = 40  # characters of the command shown at most; the rest is "…"
 MIN_COMMAND_WIDTH = 4  # "pyt…": below this the command scrolls off rather than say nothing
 SLURM_WIDTH = 36
+STATE_WIDTH = 40  # a queued job's state says why it waits; the rest is "…"
 # The command last: it takes what the pane has left and its cut ends in "…" at the edge.
 COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "ckpt", "command")
 
@@ -49,11 +50,9 @@ class QueueTable(RowTable):
         self.set_columns((*COLUMNS[:3], "slurm", *COLUMNS[3:]) if slurm else COLUMNS)
         rows = []
         for j in jobs:
-            if j.pending:
-                # Truthful: the box has not confirmed this yet (principle 3).
-                state = Text(f"{j.pending}…", style="bold magenta")
-            else:
-                state = Text(j.state, style=STATE_STYLE.get(j.state, ""))
+            # A pending action is truthful: the box has not confirmed it yet (principle 3).
+            state = Text(_state_cell(j), style="bold magenta" if j.pending
+                         else STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
                 Text(j.name),
@@ -76,7 +75,7 @@ class QueueTable(RowTable):
         the whole command."""
         if not self.size.width:
             return COMMAND_WIDTH
-        cells = [{"id": j.id, "name": j.name, "state": f"{j.pending}…" if j.pending else j.state,
+        cells = [{"id": j.id, "name": j.name, "state": _state_cell(j),
                   "try": str(j.attempt), "runtime": fmt_age(j.runtime_s), "exit": j.ended_by,
                   "ckpt": fmt_age(j.ckpt_age_s), "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
                  for j in jobs]
@@ -102,3 +101,8 @@ class QueueTable(RowTable):
         event.stop()
         if event.row_key.value is not None:
             self.post_message(self.Selected(self.host, str(event.row_key.value)))
+
+
+def _state_cell(j: JobRow) -> str:
+    """The state column's text: a pending action, else the box's state (with why it waits)."""
+    return f"{j.pending}…" if j.pending else fmt_cut(j.state_text, STATE_WIDTH)

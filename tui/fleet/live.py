@@ -87,6 +87,18 @@ class Recorder:
         self._f.close()
 
 
+def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
+    """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("ok") is not False or not doc.get("error"):
+        return None
+    fix = doc.get("fix")
+    return sanitize_line(str(doc["error"])), sanitize_line(str(fix)) if fix else None
+
+
 class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
@@ -224,6 +236,11 @@ class Fleet(PendingLedger):
     async def _queue_call(self, host: str, *args: str, timeout_s: float = 60.0) -> str:
         result = await self.link(host).helper("queue", *args, timeout_s=timeout_s)
         if result.rc != 0:
+            # The queue answers a refusal in its JSON (a full disk: the cause and the fix);
+            # that beats "exit 1" with an empty stderr.
+            answer = _queue_refusal(result.stdout)
+            if answer is not None:
+                raise LinkError(host, f"queue {args[0]} failed: {answer[0]}", fix=answer[1])
             raise LinkError(host, f"queue {args[0]} failed ({result.failure()})")
         return result.stdout.decode(errors="replace")
 

@@ -57,12 +57,14 @@ from gpuroom.tui.room.screens import (
     key_hint,
     key_label,
 )
+from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.interactive import SshExit, run_interactive_ssh
+from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -160,6 +162,8 @@ class GpuroomApp(App[None]):
         spawn: Spawn = run_interactive_ssh,
         bell: bool = False,
         notify_command: list[str] | None = None,
+        notify_url: str | None = None,
+        renotify_s: float = DEFAULT_RENOTIFY_S,
         warnings: list[str] | None = None,
         replay: str | None = None,
     ) -> None:
@@ -172,8 +176,9 @@ class GpuroomApp(App[None]):
         self._spawn = spawn
         self._bell = bell
         self._notify_command = list(notify_command) if notify_command else None
+        self._notifier = UrlNotifier(notify_url) if notify_url else None
         self._warnings = list(warnings or ())  # said once the room is up (stderr is hidden)
-        self.findings_watch = FleetWatch()
+        self.findings_watch = FleetWatch(renotify_s)
         self._fleet_timer: Timer | None = None
         self._fleet_at = 0.0
         self._log_fed: tuple[str, object] | None = None
@@ -322,14 +327,23 @@ class GpuroomApp(App[None]):
         self.post_message(HostChanged(host))
 
     def _alert(self, findings: list[Finding], clocks: list[ClockItem]) -> None:
-        fresh = self.findings_watch.new_criticals(findings, clocks)
+        fresh = self.findings_watch.new_criticals(findings, clocks, self.clock())
         if not fresh:
             return
         if self._bell:
             self.bell()
-        if self._notify_command:
-            for line in fresh:
-                self._run_notify(line)
+        for alert in fresh:
+            if self._notify_command:
+                self._run_notify(alert.line)
+            if self._notifier is not None:
+                self._post_notify(self._notifier, alert)
+
+    @work(group="notify")
+    async def _post_notify(self, notifier: UrlNotifier, alert: Alert) -> None:
+        try:
+            await notifier.send(alert.to_json())
+        except NotifyError as exc:
+            self.notify(str(exc), severity="warning")
 
     @work(group="notify")
     async def _run_notify(self, line: str) -> None:

@@ -496,7 +496,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                         f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
-        pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
+        pids = sorted({p.pid for p in gpu.processes if p.pid is not None
+                       and not p.display_only})
         if len(pids) >= 2:
             out.append(_finding(
                 "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
@@ -711,6 +712,18 @@ def missing_mount_findings(host: str, snap: Snapshot, profile: Profile | None) -
     return out
 
 
+def queue_write_findings(host: str, snap: Snapshot) -> list[Finding]:
+    """A queue runner whose writes fail (a full disk or inode table, issue 18): it lives and
+    backs off, but no job starts or ends on the record until space is freed (U7)."""
+    out: list[Finding] = []
+    for q in snap.queue.queues if snap.queue is not None else ():
+        error = q.runner.write_error if q.runner is not None else None
+        if error:
+            out.append(_finding("U7", "critical", host,
+                                f"queue {q.name}: the runner cannot write its files", error))
+    return out
+
+
 # ------------------------------------------------------------------------------- blind spots
 
 def blind_findings(host: str, snap: Snapshot) -> list[Finding]:
@@ -755,6 +768,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += disk_findings(host, snap, profile)
     out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
+    out += queue_write_findings(host, snap)
     out += blind_findings(host, snap)
     return sort_findings(out)
 
