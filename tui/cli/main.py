@@ -252,8 +252,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fleet = ReplayFleet(records, speed=args.speed)
     from gpuroom.tui.room.app import GpuroomApp
 
-    app = GpuroomApp(fleet, clock=fleet.now)
-    app.sub_title = f"replay of {args.file} at {args.speed:g}x"
+    app = GpuroomApp(fleet, clock=fleet.now, replay=f"{args.file} at {args.speed:g}x")
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
