@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from harness.joblog import numbered_lines
 from harness.room import finish
 from textual.widgets import Log
 
@@ -35,7 +36,7 @@ TAIL = 16 << 10  # what this fleet sends for a selected job, as Fleet sends LOG_
 
 
 def _log(n: int = LINES) -> bytes:
-    return b"".join(b"line-%d\n" % i for i in range(n))
+    return numbered_lines(n)
 
 
 def _raw_chunk(offset: int, data: bytes, size: int) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness.joblog import write_failed_job
 
-from gpuroom.remote.queue_events import EventWriter
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.live import LOG_TAIL_BYTES, Fleet
 
@@ -22,24 +22,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _failed_job(home: Path) -> bytes:
-    qdir = home / ".gpuroom" / "queues" / "default"
-    writer = EventWriter(str(qdir))
-    try:
-        writer.append("added", argv=["train"], cwd="/")
-        writer.append("launching", job="j1", attempt=1, boot_id="B")
-        writer.append("started", job="j1", attempt=1, pid=1, pgid=1, boot_id="B")
-        writer.append("exited", job="j1", attempt=1, exit_code=3)
-    finally:
-        writer.close()
-    (qdir / "logs").mkdir(exist_ok=True)
-    log = b"".join(b"line-%d\n" % i for i in range(LINES))
-    (qdir / "logs" / "j1.log").write_bytes(log)
-    return log
-
-
 async def test_a_shown_job_gets_its_tail_then_what_follows_then_older_bytes(home: Path) -> None:
-    log = _failed_job(home)
+    log = write_failed_job(home / ".gpuroom", LINES).read_bytes()
     assert len(log) > LOG_TAIL_BYTES
     config = Config(path=home / "hosts.toml")
     config.hosts["local"] = HostConfig(name="local", local=True)

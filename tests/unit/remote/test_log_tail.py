@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.joblog import numbered_lines, write_failed_job
 
 from gpuroom.remote.queue import collect, main, read_log_chunk
-from gpuroom.remote.queue_events import EventWriter
 
 LINES = 9000
 
 
 def _log(n: int = LINES) -> bytes:
-    return b"".join(b"line-%d\n" % i for i in range(n))
+    return numbered_lines(n)
 
 
 def _data(chunk: dict[str, Any]) -> bytes:
@@ -25,19 +25,7 @@ def _data(chunk: dict[str, Any]) -> bytes:
 
 
 def _failed_job(root: Path) -> Path:
-    qdir = root / "queues" / "default"
-    writer = EventWriter(str(qdir))
-    try:
-        writer.append("added", argv=["train"], cwd="/")
-        writer.append("launching", job="j1", attempt=1, boot_id="B")
-        writer.append("started", job="j1", attempt=1, pid=1, pgid=1, boot_id="B")
-        writer.append("exited", job="j1", attempt=1, exit_code=3)
-    finally:
-        writer.close()
-    (qdir / "logs").mkdir(exist_ok=True)
-    log = qdir / "logs" / "j1.log"
-    log.write_bytes(_log())
-    return log
+    return write_failed_job(root, LINES)
 
 
 class _Session:
