@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import pytest
 from harness.joblog import numbered_lines
 from harness.room import finish
 from textual.widgets import Log
@@ -210,6 +211,9 @@ async def test_a_progress_bar_shows_its_latest_state_in_place() -> None:
         assert list(log.lines) == ["epoch 1", "train 100%|##########| 100/100", "epoch 2"]
 
 
+@pytest.mark.attack("hostile text",
+                    "a 5,000-character line, cut mid-character across polls, in the open room's "
+                    "selected log")
 async def test_a_5000_character_line_in_an_open_room_blanks_nothing() -> None:
     app, fleet = _app()
     async with app.run_test(size=(120, 40)) as pilot:

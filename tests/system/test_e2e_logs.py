@@ -179,6 +179,7 @@ def test_follow_keeps_the_last_line_in_view_until_the_user_scrolls_up(
     assert pane.wait_exit(STEP_S) == 0
 
 
+@pytest.mark.attack("hostile text", "a 5,000-character line in the log the room shows, in tmux")
 def test_a_5000_character_line_blanks_nothing(
         start_room: Callable[..., TmuxPane], room_config: Path) -> None:
     # The room is open and showing the job when the long line arrives (issue 18 item 5).

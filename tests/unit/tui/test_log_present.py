@@ -50,8 +50,13 @@ def test_the_line_being_rewritten_shows_its_latest_state() -> None:
     assert split.partial() == " 50%|#####| 50/100"
     assert split.feed(b"\r100%|##########| 100/100\n") == ["100%|##########| 100/100"]
     assert split.partial() is None
-    # Escape sequences in the unfinished line are as inert as in a finished one.
-    split.feed(b"\x1b]52;c;aGk=\x07\x1b[2Jbar")
+
+
+@pytest.mark.attack("hostile text",
+                    "OSC 52 and CSI 2J inside a progress line that is still being rewritten")
+def test_an_unfinished_line_is_as_inert_as_a_finished_one() -> None:
+    split = LineSplitter()
+    split.feed(b"\x1b]52;c;aGk=\x07\x1b[2Jbar\xc2\x9b31m")
     assert split.partial() == "bar"
 
 
