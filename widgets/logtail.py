@@ -201,6 +201,15 @@ class LogTail(Log):
         self._older_asked = None
         return len(lines)
 
+    def no_older(self, why: str) -> None:
+        """Older bytes cannot be had (a recording holds only what it recorded): the top line
+        says so instead of promising them."""
+        if self._marker and self.cursor is not None:
+            self._lines[0] = f"[… {fmt_bytes(self.cursor.start)} before this: {why} …]"
+            self._marker = False
+            self._render_line_cache.clear()
+            self.refresh()
+
     def _want_older(self) -> None:
         cursor = self.cursor
         if not self._marker or cursor is None or self._older_asked == cursor.start:

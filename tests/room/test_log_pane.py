@@ -235,3 +235,16 @@ async def test_a_5000_character_line_in_an_open_room_blanks_nothing() -> None:
         assert _rows(log)[-1] == "beat-39"
         assert sum(1 for line in log.lines if line.startswith("é" * 100)) == 1
         assert "beat-29" in log.lines and "beat-30" in log.lines
+
+
+async def test_a_recording_says_older_bytes_are_not_in_it_instead_of_promising_them() -> None:
+    app, _ = _app()  # no log on "the box": the recording's own chunk is all there is
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        log = app.query_one(LogTail)
+        assert "scroll up or Home for more" in log.lines[0]
+        log.focus()
+        await pilot.press("home")
+        await finish(app, "log")
+        await pilot.pause()
+        assert log.lines[0] == "[… 291B before this: not in this recording …]"

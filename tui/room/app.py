@@ -463,9 +463,13 @@ class GpuroomApp(App[None]):
             self._failed(f"reading older log of {job_id}", host, exc,
                          "check the host is UP (r polls now), then scroll up again")
             return
-        chunk = chunk_of(job_id, view)
         log = self.query_one(LogTail)
-        if chunk is not None and log.source == f"{host}/{job_id}":
+        if log.source != f"{host}/{job_id}":
+            return  # the user moved on
+        chunk = chunk_of(job_id, view)
+        if chunk is None:
+            log.no_older("not in this recording")
+        else:
             log.prepend_chunk(chunk)
 
     @on(Input.Changed, "#filter")
