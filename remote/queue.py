@@ -259,7 +259,7 @@ def tail_start(f: Any, end: int, max_bytes: int, lines: Optional[int] = None) ->
             if pos < 0:
                 break
         if pos >= 0:
-            return base + pos + 1
+            return min(end, base + pos + 1)
     if low == 0:
         return 0
     nl = data.find(b"\n")

@@ -79,6 +79,9 @@ def test_lines_and_end_read_the_last_lines_and_the_bytes_before_an_offset(
     assert data == b"line-95\nline-96\nline-97\n"  # from a line start, ending where it was
     everything = read_log_chunk(str(log), {"tail": 1 << 20, "lines": 1000})
     assert everything["offset"] == 0
+    size = log.stat().st_size
+    none = read_log_chunk(str(log), {"tail": 1 << 20, "lines": 0})
+    assert none["offset"] == none["next_offset"] == size and _data(none) == b""
 
 
 def test_queue_logs_json_answers_the_last_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
