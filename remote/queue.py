@@ -1,7 +1,7 @@
 """``gpuroom-remote queue ...``: a job queue on the box that finishes on its own.
 
 Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
-``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout, also
+``--queue NAME`` (default "default"); all but raw ``logs`` print one JSON object on stdout, also
 when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
 when the job is recorded and a live runner will see it, see ``add_job``):
 
@@ -19,6 +19,7 @@ when the job is recorded and a live runner will see it, see ``add_job``):
   kill ID [--grace S] [--wait S]
   relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
   logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
+  logs ID --lines N | --end E [--max-bytes M] | --json   one log chunk as JSON (the probe's)
   install-reboot-hook         @reboot crontab line that restarts this queue's runner (GEN6)
   _exec ...                   internal: the per-attempt wrapper
 
@@ -264,9 +265,42 @@ def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
     return str(why) if why else None
 
 
+def tail_start(f: Any, end: int, max_bytes: int, lines: Optional[int] = None) -> int:
+    """Where the last ``max_bytes`` (at most ``lines`` lines) before ``end`` of ``f`` begin.
+
+    The start is a line start, so the jump host never shows a line cut in half as if it were
+    whole; only a single line longer than ``max_bytes`` is shown from its middle.
+    """
+    low = max(0, end - max(0, max_bytes))
+    # One byte before ``low`` tells whether ``low`` already starts a line.
+    before = max(0, low - 1)
+    f.seek(before)
+    data = f.read(end - before)
+    base = before
+    if lines is not None:
+        pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+        for _ in range(max(0, lines)):
+            pos = data.rfind(b"\n", low - base, pos)
+            if pos < 0:
+                break
+        if pos >= 0:
+            return min(end, base + pos + 1)
+    if low == 0:
+        return 0
+    nl = data.find(b"\n")
+    start = base + nl + 1
+    return start if nl >= 0 and start < end else low
+
+
 def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
                    max_bytes: int = LOG_CHUNK_MAX) -> Dict[str, Any]:
-    """Log bytes since the jump host's cursor; ``reset`` when the file was replaced/cut."""
+    """Log bytes for the jump host's cursor; ``reset`` when the file was replaced/cut.
+
+    The cursor is ``{"offset", "inode"}`` (what follows), ``{"tail": N}`` (the last N bytes,
+    capped at ``max_bytes``: a job the user just selected), ``{"tail": N, "end": E}`` (the N
+    bytes before offset E: scrolling back) or None (the last ``LOG_TAIL_DEFAULT`` bytes).
+    Every tail starts at a line start.
+    """
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -275,14 +309,21 @@ def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
     with f:
         st = os.fstat(f.fileno())
         reset = False
+        end = st.st_size
         if cursor is None:
-            start = max(0, st.st_size - LOG_TAIL_DEFAULT)
+            start = tail_start(f, end, LOG_TAIL_DEFAULT)
+        elif cursor.get("tail") is not None:
+            if cursor.get("end") is not None:
+                end = max(0, min(end, int(cursor["end"])))
+            lines = cursor.get("lines")
+            start = tail_start(f, end, min(int(cursor["tail"]), max_bytes),
+                               None if lines is None else int(lines))
         else:
             start = int(cursor.get("offset") or 0)
             if cursor.get("inode") not in (None, st.st_ino) or st.st_size < start:
                 reset, start = True, 0
         f.seek(start)
-        data = f.read(min(max_bytes, max(0, st.st_size - start)))
+        data = f.read(min(max_bytes, max(0, end - start)))
     return {"offset": start, "next_offset": start + len(data), "inode": st.st_ino,
             "size": st.st_size, "data_b64": base64.b64encode(data).decode("ascii"),
             "reset": reset}
@@ -668,12 +709,28 @@ def _cmd_logs(argv: List[str]) -> int:
     parser.add_argument("--offset", type=int, default=0,
                         help="byte offset; negative counts from the end")
     parser.add_argument("--max-bytes", type=int, default=1 << 20)
+    parser.add_argument("--lines", type=int, default=None,
+                        help="the last N lines (at most --max-bytes), as --json")
+    parser.add_argument("--end", type=int, default=None,
+                        help="the --max-bytes before this offset, from a line start, as --json")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: offset, next_offset, inode, size, data_b64")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
     if not re.match(r"^j\d+$", args.job):
         sys.stderr.write(f"gpuroom queue logs: bad job id {args.job!r}\n")
         return 2
     path = os.path.join(queue_dir(root, queue), "logs", f"{args.job}.log")
+    if not os.path.exists(path):
+        sys.stderr.write(f"gpuroom queue logs: no log for {args.job} in queue {queue}\n")
+        return 1
+    if args.json or args.lines is not None or args.end is not None:
+        # The same reader as the probe's log chunks: one shape for the jump host to read.
+        cursor: Optional[Dict[str, Any]] = {"offset": args.offset}
+        if args.lines is not None or args.end is not None:
+            cursor = {"tail": args.max_bytes, "end": args.end, "lines": args.lines}
+        _emit(read_log_chunk(path, cursor, max(0, args.max_bytes)))
+        return 0
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

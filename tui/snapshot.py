@@ -638,6 +638,11 @@ class Queue(View):
     queues: tuple[QueueView, ...] = nested(QueueView, "named")
 
 
+def read_log_doc(raw: Any) -> LogChunk:
+    """``gpuroom-remote queue logs --json``: one log chunk, in the probe's shape."""
+    return LogChunk.read(raw)
+
+
 def read_queue_view(raw: Any) -> QueueView:
     """``gpuroom-remote queue ls --json``: one queue's view, jobs in the probe's shape."""
     return QueueView.read(raw)
@@ -764,6 +769,7 @@ __all__ = [
     "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
     "number",
-    "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "snapshot_problems",
+    "read_log_doc", "read_optional", "read_queue_view", "read_snapshot", "schema_keys",
+    "snapshot_problems",
     "text", "with_jobs",
 ]

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -21,11 +20,12 @@ from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
-from gpuroom.tui.sanitize import display_line
-from gpuroom.tui.snapshot import read_queue_view
+from gpuroom.tui.sanitize import LineSplitter, display_line
+from gpuroom.tui.snapshot import read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
+LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
 
@@ -76,6 +76,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("host")
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-n", "--lines", type=int, default=None, metavar="N",
+                   help="only the last N lines (like tail -n)")
     queue.set_defaults(func=cmd_queue)
 
 
@@ -99,14 +101,38 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     return doc
 
 
-def _write_log(data: bytes, tty: bool) -> None:
-    if tty:
-        for raw in data.splitlines():
-            sys.stdout.write(display_line(raw) + "\n")
+class LogWriter:
+    """A job's log bytes to stdout. On a terminal every line is inert display text, and the
+    line the job is still writing (a progress bar redrawn with "\\r") shows as it looks now,
+    redrawn in place; elsewhere (a pipe, a file) the bytes go out as the box has them."""
+
+    CLEAR_LINE = "\r\x1b[K"  # ours, not the box's: back to column 0, erase the line
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self._splitter = LineSplitter()
+        self._partial = False
+
+    def write(self, data: bytes) -> None:
+        if not self.tty:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        out = [self.CLEAR_LINE] if self._partial else []
+        out += [line + "\n" for line in self._splitter.feed(data)]
+        partial = self._splitter.partial()
+        self._partial = partial is not None
+        if partial is not None:
+            out.append(partial)
+        sys.stdout.write("".join(out))
         sys.stdout.flush()
-    else:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+
+    def close(self) -> None:
+        """End the unfinished line, so the shell prompt starts on its own."""
+        if self._partial:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._partial = False
 
 
 def _slurm_opts(args: argparse.Namespace) -> list[str]:
@@ -217,9 +243,29 @@ def answer_text(verb: str, host: str, doc: dict[str, Any]) -> str:
 
 
 async def _logs(link: Any, args: argparse.Namespace) -> int:
+    out = LogWriter(sys.stdout.isatty())
+    try:
+        return await _write_logs(link, args, out)
+    finally:
+        out.close()
+
+
+async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> int:
     offset = 0
-    tty = sys.stdout.isatty()
-    deadline_idle = None
+    if args.lines is not None:
+        # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
+        result = await link.helper("queue", "logs", args.job, "--lines", str(max(0, args.lines)),
+                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json")
+        if result.rc != 0:
+            print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
+                  file=sys.stderr)
+            return 1
+        chunk = read_log_doc(_json_or_fail(args.host, "logs", result))
+        data = chunk.data
+        if data is None or chunk.next_offset is None:
+            raise LinkError(args.host, "queue logs answered a chunk without its bytes")
+        out.write(data)
+        offset = chunk.next_offset
     while True:
         result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
                                    "--max-bytes", str(LOG_CHUNK_BYTES))
@@ -228,14 +274,12 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         if result.stdout:
-            _write_log(result.stdout, tty)
+            out.write(result.stdout)
             offset += len(result.stdout)
-            deadline_idle = None
             if len(result.stdout) >= LOG_CHUNK_BYTES:
                 continue  # more is waiting: read on before sleeping
         if not args.follow:
             return 0
-        deadline_idle = deadline_idle or time.monotonic()
         await asyncio.sleep(FOLLOW_INTERVAL_S)
 
 

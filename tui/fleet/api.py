@@ -15,6 +15,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
+from gpuroom.tui.snapshot import LogChunk
 from gpuroom.tui.transport.pull import Progress, PullResult
 
 
@@ -32,6 +33,14 @@ class FleetAPI(Protocol):
         ...
 
     async def refresh(self, host: str | None = None) -> None: ...
+
+    def show_log(self, host: str, job_key: str) -> None:
+        """The room starts showing this job's log ("queue/id"): fetch its tail soon."""
+        ...
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunk | None:
+        """Older bytes of the job's log, ending at offset ``end``; None when none can be had."""
+        ...
 
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
@@ -172,6 +181,12 @@ class StaticFleet(PendingLedger):
     async def refresh(self, host: str | None = None) -> None:
         for h in self._hosts if host is None else [self.host(host)]:
             self._changed(h.name)
+
+    def show_log(self, host: str, job_key: str) -> None:
+        """A recording holds the bytes it holds: nothing to ask for."""
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunk | None:
+        return None
 
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,

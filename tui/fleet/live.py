@@ -23,7 +23,9 @@ from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
+from gpuroom.tui.snapshot import read_log_doc
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
 
 MAX_CONCURRENT_POLLS = 16
 BACKOFF_CAP_S = 60.0
+# The tail of a log the room starts showing (a poll stays bounded: the helper caps a chunk at
+# 64 KiB too), and how much more one scroll back to its top fetches.
+LOG_TAIL_BYTES = 64 << 10
+LOG_OLDER_BYTES = 64 << 10
 
 
 def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
@@ -121,6 +127,8 @@ class Fleet(PendingLedger):
         self._mounts = {h.name: watched_mounts(h) for h in self._hosts.values()}
         self._cursors: dict[str, dict[str, Any]] = {h: {} for h in self._hosts}
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
+        # host -> the job key ("queue/id") whose log tail the next poll asks for.
+        self._tail_wanted: dict[str, str] = {}
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
         self._pull_records = PullRecords()
@@ -145,7 +153,32 @@ class Fleet(PendingLedger):
         """What the next probe of this host asks for: mounts and cursors."""
         request: dict[str, Any] = {"mounts": self._mounts[name]}
         request.update(self._cursors[name])
+        wanted = self._tail_wanted.get(name)
+        if wanted is not None:
+            # A job the room starts showing gets its tail, whatever its state: the probe
+            # ships bytes on its own only for running jobs and jobs with a cursor.
+            request["logs"] = {**request.get("logs", {}), wanted: {"tail": LOG_TAIL_BYTES}}
         return request
+
+    def show_log(self, host: str, job_key: str) -> None:
+        """The room starts showing ``job_key``'s log on ``host``: poll now for its tail."""
+        if host not in self._states:
+            return
+        self._tail_wanted[host] = job_key
+        wake = self._wake.get(host)
+        if wake is not None:
+            wake.set()
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunkView | None:
+        """The ``LOG_OLDER_BYTES`` of the job's log before offset ``end``, from a line start."""
+        queue, _, job_id = job_key.rpartition("/")
+        out = await self._queue_call(host, "logs", job_id, "--queue", queue or "default",
+                                     "--end", str(end), "--max-bytes", str(LOG_OLDER_BYTES),
+                                     "--json")
+        try:
+            return read_log_doc(json.loads(out))
+        except ValueError:
+            raise LinkError(host, "queue logs answered something that is not JSON") from None
 
     def _advance_cursors(self, name: str, snapshot: SnapshotView) -> None:
         cursors = self._cursors[name]
@@ -157,6 +190,9 @@ class Fleet(PendingLedger):
             if chunk is not None and chunk.next_offset is not None:
                 logs[key] = {"offset": chunk.next_offset, "inode": chunk.inode}
         cursors["logs"] = logs
+        wanted = self._tail_wanted.get(name)
+        if wanted is not None and wanted in logs:
+            del self._tail_wanted[name]  # the tail arrived; what follows comes by the cursor
 
     async def poll_host(self, name: str) -> HostState:
         """Poll one host once and update its state; never raises for a link failure."""
@@ -198,6 +234,9 @@ class Fleet(PendingLedger):
         wake = self._wake.setdefault(name, asyncio.Event())
         interval = self.config.settings.poll_interval_s
         while True:
+            # Cleared before the poll: a wake-up asked for while it runs (the room selected
+            # another job) polls again at once instead of being lost.
+            wake.clear()
             state = await self.poll_host(name)
             failures = self._failures[name]
             delay = backoff_delay(failures, interval) if failures else interval
@@ -205,7 +244,6 @@ class Fleet(PendingLedger):
             # looks forgotten.
             state.next_try = self.clock() + delay
             on_change(name)
-            wake.clear()
             try:
                 await asyncio.wait_for(wake.wait(), delay)
             except (asyncio.TimeoutError, TimeoutError):

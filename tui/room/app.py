@@ -41,7 +41,7 @@ from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
 )
-from gpuroom.tui.present.log import log_chunk
+from gpuroom.tui.present.log import chunk_of, log_chunk, log_key
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -476,7 +476,12 @@ class GpuroomApp(App[None]):
             log.show("")
             return
         source = f"{h.name}/{job.id}"
-        log.show(source)
+        if log.source != source:
+            log.show(source)
+            # Any job's log, ended or not, starts with its tail: the fleet asks the box now.
+            key = log_key(h.view, job.id)
+            if key is not None:
+                self.fleet.show_log(h.name, key)
         # One snapshot's chunk is decoded once, however often the panes redraw.
         if self._log_fed == (source, h.snapshot) and log.cursor is not None:
             return
@@ -514,6 +519,33 @@ class GpuroomApp(App[None]):
                 return  # the table re-announces the row it kept; the log is already there
             self._job_choice[message.host] = message.job_id
         self._refresh_log()
+
+    @on(LogTail.OlderWanted)
+    def _older_wanted(self, message: LogTail.OlderWanted) -> None:
+        h = self.host(self.selected_host)
+        job = self.query_one(QueueTable).selected_job
+        if h is None or job is None or message.source != f"{h.name}/{job.id}":
+            return
+        key = log_key(h.view, job.id)
+        if key is not None:
+            self._fetch_older(h.name, job.id, key, message.start)
+
+    @work(exclusive=True, group="log")
+    async def _fetch_older(self, host: str, job_id: str, key: str, end: int) -> None:
+        try:
+            view = await self.fleet.log_before(host, key, end)
+        except GpuroomError as exc:
+            self._failed(f"reading older log of {job_id}", host, exc,
+                         "check the host is UP (r polls now), then scroll up again")
+            return
+        log = self.query_one(LogTail)
+        if log.source != f"{host}/{job_id}":
+            return  # the user moved on
+        chunk = chunk_of(job_id, view)
+        if chunk is None:
+            log.no_older("not in this recording")
+        else:
+            log.prepend_chunk(chunk)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
