@@ -37,6 +37,7 @@ SLURM_LINES = [json.loads(raw) for raw in (DATA / "slurm" / "session.jsonl").rea
     (3, 3.0), (2.5, 2.5), (0, 0.0), ("55.5", 55.5), (" 7 ", 7.0),
     (True, None), (False, None), (None, None), ("[N/A]", None), ("", None),
     (float("nan"), None), (float("inf"), None), ("inf", None), ([1], None), ({"a": 1}, None),
+    (10 ** 400, None),  # json reads an integer of any length; float() of it overflows
 ])
 def test_one_number_rule(value: Any, expected: float | None) -> None:
     assert number(value) == expected
