@@ -201,3 +201,32 @@ async def test_a_slow_answer_under_the_deadline_is_read(fake_box: Any) -> None:
             assert snap == json.loads(good)["snapshot"]
     finally:
         await link.close()
+
+
+# A stand-in whose helper subcommands (queue ls, manifest) answer ~/sub-answer; polls are real.
+FAKE_SUBCOMMANDS = """#!/bin/sh
+case "$2" in queue|manifest) cat "$HOME/sub-answer"; exit 0;; esac
+exec python3 "$@"
+"""
+
+
+@pytest.mark.attack("bad answers", "queue ls, gate and pull each given a subcommand answer nested "
+                    "200,000 deep: a host error, not an internal error")
+@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: tui/cli/queue.py, "
+                   "tui/fleet/outputs.py and tui/transport/pull.py parse the helper's answer "
+                   "with json.loads and catch ValueError only; RecursionError escapes as an "
+                   "internal error (exit 70). Fix: parse with tui/transport/link.py load_answer")
+@pytest.mark.parametrize("verb", [["queue", "ls", "box"], ["gate", "box"], ["pull", "box"]])
+def test_a_deeply_nested_subcommand_answer_is_a_host_error(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: list[str]
+        ) -> None:
+    fake = sshd_box.home / "python-subcommands"
+    fake.write_text(FAKE_SUBCOMMANDS)
+    fake.chmod(0o755)
+    (sshd_box.home / "sub-answer").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    sshd_box.fake_python = str(fake)
+    rc = main(["--config", str(config_for(sshd_box, tmp_path)), *verb, *(
+        ["--to", str(tmp_path / "pulled")] if verb[0] == "pull" else [])])
+    out, err = capsys.readouterr()
+    assert rc not in (0, 70) and "internal error" not in err, (rc, out, err)
+    assert "box" in err, err
