@@ -40,6 +40,12 @@ exec python3 "$@"
 NO_ESCAPES = ("\x1b", "\x07", "\x9b", "\x9d", "\u202e", "\x00")
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug report the verbs write (internal-errors.log) stays in this test's folder."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def fake_box(sshd_box: Any) -> Any:
     fake = sshd_box.home / "python-answering"
