@@ -11,6 +11,7 @@ no C1 control, no bidi override, no markup read as markup, no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+import tomllib
 
 pytestmark = pytest.mark.sshd
 
@@ -251,3 +253,34 @@ def test_the_room_writes_no_escape_from_the_box(hostile_box: Any, tmp_path: Path
     # The disk pane's row of the mount (its markup is tests/unit/tui/test_hostile_panes.py's).
     assert f"{hostile_box.hostile_mount.parent}/ev" in rest
     assert f"=== gpuroom {job} attempt 1" in rest
+
+
+NOTIFIER = """#!/bin/sh
+# Keeps the last argument, the notification's text, NUL-terminated.
+for last; do :; done
+printf '%s\\0' "$last" >> "$0.got"
+"""
+
+
+@pytest.mark.attack("hostile text", "a full disk mounted at the escape-laden path (a critical "
+                    "U6 finding naming it), in the open room with notify_command set: the "
+                    "notification's text is inert")
+def test_a_notification_carries_the_box_text_inert(hostile_box: Any, tmp_path: Path) -> None:
+    notifier = tmp_path / "notifier"
+    notifier.write_text(NOTIFIER)
+    notifier.chmod(0o755)
+    doc = tomllib.loads(hostile_box.hostile_config.read_text())
+    doc["settings"]["notify_command"] = [str(notifier)]
+    hostile_box.hostile_config.write_bytes(tomli_w.dumps(doc).encode())
+    with contextlib.suppress(OSError):  # ENOSPC: full is what is wanted
+        (hostile_box.hostile_mount / "fill").write_bytes(b"\0" * (2 << 20))
+    rc, shown = in_a_terminal([GPUROOM, "--config", str(hostile_box.hostile_config)],
+                              terminal_env(tmp_path), keys=[(10.0, b"q")])
+    assert rc == 0, shown[-2000:]
+    got = Path(f"{notifier}.got")
+    assert got.exists(), "no notification was sent"
+    texts = got.read_text(encoding="utf-8", errors="replace").split("\0")[:-1]
+    assert any("ev" in t and "il" in t for t in texts), texts
+    for text in texts:
+        for c in (*FORBIDDEN, "\n", "\r"):
+            assert c not in text, (repr(c), text)
