@@ -188,3 +188,44 @@ def test_garbage_event_lines_do_not_stop_the_queue(box: Any) -> None:
     status = json.loads(gpuroom(config, "status", "--json").stdout)
     assert status["hosts"][0]["state"] == "up", status
     gpuroom(config, "doctor")
+
+
+BIG_BYTES = 96 << 20  # big enough that a pull is caught mid-file on loopback
+
+
+@pytest.mark.attack("faults", "gpuroom pull killed -9 mid-file (sftp, openssh, rsync), then a "
+                    "byte flipped in the .part it left: the next pull detects it, fetches the "
+                    "file again and ends with the box's exact bytes")
+@pytest.mark.parametrize("method", ["sftp", "openssh", "rsync"])
+def test_pull_killed_then_a_flipped_byte_in_the_part(box: Any, tmp_path: Path,
+                                                     method: str) -> None:
+    config = box.fault_config
+    job = add(config, "sh", "-c", "mkdir -p \"$GPUROOM_CKPT_DIR\" && head -c "
+              f"{BIG_BYTES} /dev/urandom > \"$GPUROOM_CKPT_DIR/big.bin\"")
+    wait_final(config, job)
+    [source] = list((box.home / ".gpuroom").rglob("big.bin"))
+    out = tmp_path / "pulled"
+    argv = [GPUROOM, "--config", str(config), "pull", "box", "--method", method, "--to", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def part_started() -> bool:
+            parts = list(out.rglob("big.bin.part")) if out.exists() else []
+            return bool(parts) and parts[0].stat().st_size > (4 << 20)
+
+        wait_for(part_started, "the pull to write part of the file")
+    finally:
+        proc.kill()  # SIGKILL: no handler runs, the .part is left as it was
+        proc.wait(timeout=30)
+    [part] = list(out.rglob("big.bin.part"))
+    size = part.stat().st_size
+    assert 0 < size < BIG_BYTES, size
+    with part.open("r+b") as f:
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    done = gpuroom(config, "pull", "box", "--method", method, "--to", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [pulled] = list(out.rglob("big.bin"))
+    assert pulled.read_bytes() == source.read_bytes()
+    assert not list(out.rglob("*.part"))
