@@ -236,3 +236,36 @@ def test_a_deeply_nested_subcommand_answer_is_a_host_error(
     out, err = capsys.readouterr()
     assert rc not in (0, 70) and "internal error" not in err, (rc, out, err)
     assert "box" in err, err
+
+
+@pytest.mark.attack("bad answers", "the helper file on the box replaced by a program that would "
+                    "answer anything (a job can write it): never run, replaced by the next "
+                    "connection, the poll reads the real helper's answer")
+def test_a_tampered_helper_is_never_run_and_is_replaced(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "hosts.toml"
+    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
+                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
+    config.chmod(0o600)
+    assert main(["--config", str(config), "status", "--json"]) == 0
+    capsys.readouterr()
+    [pyz] = list((sshd_box.home / ".gpuroom" / "bin").glob("remote-*.pyz"))
+    real = pyz.read_bytes()
+    ran = sshd_box.home / "tampered-helper-ran"
+    ran.unlink(missing_ok=True)
+    # A zipapp-shaped impostor: run by python3, it would leave a mark and answer a fake UP.
+    impostor = tmp_path / "impostor"
+    (impostor / "__main__.py").parent.mkdir()
+    (impostor / "__main__.py").write_text(
+        f"open({str(ran)!r}, 'w').close()\n"
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    print(json.dumps({'ok': True, 'snapshot': {'schema': 1}}), flush=True)\n")
+    import zipapp
+
+    zipapp.create_archive(impostor, pyz)
+    assert main(["--config", str(config), "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["hosts"][0]["state"] == "up"
+    assert doc["hosts"][0]["snapshot"]["host"]["hostname"]  # the real helper's answer
+    assert pyz.read_bytes() == real and not ran.exists()
