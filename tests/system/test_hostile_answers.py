@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.hostile import TERMINAL_CONTROLS, hosts_toml
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import HostConfig
@@ -37,7 +37,6 @@ fi
 exec python3 "$@"
 """
 
-NO_ESCAPES = ("\x1b", "\x07", "\x9b", "\x9d", "\u202e", "\x00")
 
 
 @pytest.fixture(autouse=True)
@@ -72,12 +71,8 @@ def served(snapshot: Any) -> bytes:
 
 
 def config_for(box: Any, tmp_path: Path) -> Path:
-    p = tmp_path / "hosts.toml"
-    p.write_bytes(tomli_w.dumps({
-        "settings": {"ssh_config": str(box.ssh_config)},
-        "hosts": {"box": {"ssh": box.alias, "python": box.fake_python}}}).encode())
-    p.chmod(0o600)
-    return p
+    return hosts_toml(tmp_path / "hosts.toml",
+                      {"box": {"ssh": box.alias, "python": box.fake_python}}, box.ssh_config)
 
 
 def run_verbs(capsys: pytest.CaptureFixture[str], config: Path
@@ -95,7 +90,7 @@ def assert_no_crash_and_inert(said: dict[str, tuple[int, str, str]]) -> None:
     for verb, (rc, out, err) in said.items():
         assert rc != 70 and "Traceback" not in out + err, (verb, out, err)
         assert "internal error" not in err, (verb, err)
-        for c in NO_ESCAPES:
+        for c in TERMINAL_CONTROLS:
             assert c not in out and c not in err, (verb, repr(c), out[-300:], err[-300:])
 
 
@@ -243,10 +238,8 @@ def test_a_deeply_nested_subcommand_answer_is_a_host_error(
                     "connection, the poll reads the real helper's answer")
 def test_a_tampered_helper_is_never_run_and_is_replaced(
         sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    config.chmod(0o600)
+    config = hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
+                        sshd_box.ssh_config)
     assert main(["--config", str(config), "status", "--json"]) == 0
     capsys.readouterr()
     [pyz] = list((sshd_box.home / ".gpuroom" / "bin").glob("remote-*.pyz"))

@@ -12,13 +12,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.hostile import (
+    FINAL,
+    GPUROOM,
+    add_job,
+    gpuroom,
+    hosts_toml,
+    queue_jobs,
+    wait_for,
+)
 
 from gpuroom.tui.config import Config, HostConfig, Settings
 from gpuroom.tui.fleet.live import Fleet
@@ -26,59 +33,27 @@ from gpuroom.tui.model import LinkState
 
 pytestmark = pytest.mark.sshd
 
-GPUROOM = str(Path(sys.executable).with_name("gpuroom"))
-WAIT_S = 60.0
-FINAL = ("succeeded", "failed", "killed", "removed", "vanished")
-
 
 @pytest.fixture
 def box(sshd_box: Any, tmp_path: Path) -> Any:
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    config.chmod(0o600)
-    sshd_box.fault_config = config
+    sshd_box.fault_config = hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
+                                       sshd_box.ssh_config)
     for name in ("runs", "b-ran"):
         (sshd_box.home / name).unlink(missing_ok=True)
     yield sshd_box
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 
 
-def gpuroom(config: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([GPUROOM, "--config", str(config), *argv], capture_output=True,
-                          text=True, timeout=120, check=False)
-    said = done.stdout + done.stderr
-    assert done.returncode != 70 and "Traceback" not in said, (argv, said)
-    return done
-
-
-def jobs(config: Path) -> dict[str, dict[str, Any]]:
-    done = gpuroom(config, "queue", "ls", "box", "--json")
-    assert done.returncode == 0, done.stderr
-    return {j["id"]: j for j in json.loads(done.stdout)["jobs"]}
-
-
 def add(config: Path, *argv: str) -> str:
-    done = gpuroom(config, "queue", "add", "box", "--", *argv)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return str(json.loads(done.stdout.strip().splitlines()[-1])["job"])
+    return add_job(config, "--", *argv)
 
 
 def wait_final(config: Path, *ids: str) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        seen = jobs(config)
-        if all(seen.get(i, {}).get("state") in FINAL for i in ids):
-            return seen
-        assert time.monotonic() < deadline, {i: seen.get(i) for i in ids}
-        time.sleep(0.5)
+    def final() -> dict[str, dict[str, Any]] | None:
+        seen = queue_jobs(config)
+        return seen if all(seen.get(i, {}).get("state") in FINAL for i in ids) else None
 
-
-def wait_for(pred: Any, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+    return wait_for(final, f"jobs {ids} to end")
 
 
 @pytest.mark.attack("faults", "sshd and every session killed while a poll waits for the "
@@ -138,13 +113,14 @@ def test_runner_killed_with_a_job_running(box: Any) -> None:
     config = box.fault_config
     runs = box.home / "runs"
     first = add(config, "sh", "-c", f"echo start >> {runs}; sleep 3; echo end >> {runs}")
-    wait_for(lambda: runs.exists() and "start" in runs.read_text(), "the job to start")
+    wait_for(lambda: runs.exists() and "start" in runs.read_text(), "the job to start",
+             every_s=0.05)
     pids = runner_pids(box)
     assert pids, "no runner found"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     # With its runner dead the job is not declared dead (GEN8): it is still running.
-    assert jobs(config)[first]["state"] == "running"
+    assert queue_jobs(config)[first]["state"] == "running"
     status = json.loads(gpuroom(config, "status", "--json").stdout)
     assert status["hosts"][0]["state"] == "up"
     wait_for(lambda: "end" in runs.read_text(), "the job to end on its own")
@@ -179,7 +155,7 @@ def test_garbage_event_lines_do_not_stop_the_queue(box: Any) -> None:
     with events.open("ab") as f:
         for line in GARBAGE:
             f.write(line)
-    seen = jobs(config)
+    seen = queue_jobs(config)
     assert seen[done_before]["state"] == "succeeded"
     marker = box.home / "b-ran"
     after = add(config, "sh", "-c", f"echo B >> {marker}")
@@ -212,7 +188,7 @@ def test_pull_killed_then_a_flipped_byte_in_the_part(box: Any, tmp_path: Path,
             parts = list(out.rglob("big.bin.part")) if out.exists() else []
             return bool(parts) and parts[0].stat().st_size > (4 << 20)
 
-        wait_for(part_started, "the pull to write part of the file")
+        wait_for(part_started, "the pull to write part of the file", every_s=0.01)
     finally:
         proc.kill()  # SIGKILL: no handler runs, the .part is left as it was
         proc.wait(timeout=30)

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.hostile import gpuroom, hosts_toml
 
 pytestmark = pytest.mark.sshd
 
-GPUROOM = str(Path(sys.executable).with_name("gpuroom"))
 WAIT_S = 60.0
-TIMEOUT_S = 90.0
 
 
 def payloads(tag: str, where: str) -> list[str]:
@@ -40,17 +36,8 @@ def pwned(box: Any, marker: str) -> list[str]:
     return found
 
 
-def gpuroom(config: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GPUROOM, "--config", str(config), *argv], capture_output=True,
-                          text=True, timeout=TIMEOUT_S, check=False)
-
-
 def write_config(box: Any, tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> Path:
-    p = tmp_path / "hosts.toml"
-    p.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(box.ssh_config)},
-                                 "hosts": hosts}).encode())
-    p.chmod(0o600)
-    return p
+    return hosts_toml(tmp_path / "hosts.toml", hosts, box.ssh_config)
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness import hostile
+from harness.hostile import GPUROOM, hosts_toml
 
 pytestmark = pytest.mark.sshd
 
-GPUROOM = str(Path(sys.executable).with_name("gpuroom"))
 WAIT_S = 60.0
 MAX_SEEN = 20_000  # distinct command lines kept: the sampler stays bounded
 
@@ -65,19 +63,14 @@ class ProcWatch:
 
 
 def gpuroom(config: Path, env: dict[str, str], *argv: str) -> str:
-    done = subprocess.run([GPUROOM, "--config", str(config), *argv], capture_output=True,
-                          text=True, timeout=120, check=False, env=env)
-    assert done.returncode != 70 and "Traceback" not in done.stderr, (argv, done.stderr)
+    done = hostile.gpuroom(config, *argv, env=env)
     return done.stdout + done.stderr
 
 
 @pytest.fixture
 def box(sshd_box: Any, tmp_path: Path) -> Iterator[Any]:
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                      "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    config.chmod(0o600)
-    sshd_box.secret_config = config
+    sshd_box.secret_config = hosts_toml(tmp_path / "hosts.toml",
+                                        {"box": {"ssh": sshd_box.alias}}, sshd_box.ssh_config)
     yield sshd_box
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 

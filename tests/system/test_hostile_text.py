@@ -21,7 +21,6 @@ import select
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 import termios
 import time
@@ -31,11 +30,18 @@ from typing import Any
 import pytest
 import tomli_w
 import tomllib
+from harness.hostile import (
+    GPUROOM,
+    TERMINAL_CONTROLS,
+    add_job,
+    gpuroom_json,
+    hosts_toml,
+    queue_jobs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.sshd
 
-GPUROOM = str(Path(sys.executable).with_name("gpuroom"))
-WAIT_S = 60.0
 VERB_TIMEOUT_S = 90.0
 
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"  # writes the user's clipboard
@@ -89,7 +95,7 @@ if "--hold" in sys.argv:  # stay running, so the room selects the job and shows 
 """
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
-FORBIDDEN = ("\x1b", "\x07", "\x00", "\x90", "\x9b", "\x9c", "\x9d", "\u202e")
+FORBIDDEN = TERMINAL_CONTROLS
 
 
 def in_a_terminal(argv: list[str], env: dict[str, str],
@@ -152,13 +158,9 @@ def hostile_box(sshd_box: Any, tmp_path: Path) -> Any:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
                              capture_output=True, check=False).returncode == 0
     (box.home / "job.py").write_text(JOB)
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({
-        "settings": {"ssh_config": str(box.ssh_config)},
-        "hosts": {"box": {"ssh": box.alias, "python": str(fake), "mounts": [str(mount)]}},
-    }).encode())
-    config.chmod(0o600)
-    box.hostile_config = config
+    box.hostile_config = hosts_toml(
+        tmp_path / "hosts.toml",
+        {"box": {"ssh": box.alias, "python": str(fake), "mounts": [str(mount)]}}, box.ssh_config)
     box.hostile_mount = mount
     yield box
     box.run("tmux", "kill-session", "-t", "gpuroom-default")
@@ -174,31 +176,22 @@ def terminal_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def gpuroom_json(config: Path, *argv: str) -> Any:
-    done = subprocess.run([GPUROOM, "--config", str(config), *argv], capture_output=True,
-                          timeout=VERB_TIMEOUT_S, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
-
-
 def hostile_job(box: Any, *, until: tuple[str, ...] = ("succeeded", "failed"),
                 hold: bool = False) -> str:
     """The hostile job, added through the CLI and run on the box until its state is one of
     ``until`` (and its log is written, when it holds); its id."""
     config = box.hostile_config
-    job = str(gpuroom_json(config, "queue", "add", "box", "--name", PAYLOAD, "--",
-                           "python3", str(box.home / "job.py"), PAYLOAD,
-                           *(["--hold"] if hold else []))["job"])
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        [state] = [j["state"] for j in gpuroom_json(config, "queue", "ls", "box", "--json")
-                   ["jobs"] if j["id"] == job]
+    job = add_job(config, "--name", PAYLOAD, "--", "python3", str(box.home / "job.py"), PAYLOAD,
+                  *(["--hold"] if hold else []))
+
+    def reached() -> bool:
+        state = queue_jobs(config)[job]["state"]
         logs = list((box.home / ".gpuroom").rglob(f"{job}*.log"))
         written = not hold or any(b"job done" in p.read_bytes()[-100:] for p in logs)
-        if state in until and written:
-            return job
-        assert time.monotonic() < deadline, f"job {job} still {state}"
-        time.sleep(0.5)
+        return state in until and written
+
+    wait_for(reached, f"job {job} to be {until}")
+    return job
 
 
 @pytest.mark.attack("hostile text", "OSC 52, OSC 2, CSI 2J, SGR, DCS, C1, bidi, invalid UTF-8, "

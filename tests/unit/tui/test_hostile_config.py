@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tomli_w
+from harness.hostile import TERMINAL_CONTROLS, hosts_toml
 
 from gpuroom.tui.cli.main import main
 
-FORBIDDEN = ("\x1b", "\x07", "\x00", "\x9b", "\u202e")
+FORBIDDEN = TERMINAL_CONTROLS
 VERBS = (["status"], ["status", "--json"], ["hosts", "list"], ["doctor"], ["queue", "ls", "a"],
          ["gate", "a"])
 
@@ -69,10 +69,10 @@ EVIL = "x\x1b]52;c;ZXZpbA==\x07\x1b[2J\x9b\u202e[/]y"
 
 
 def evil_config(tmp_path: Path) -> Path:
-    return private(tmp_path / "hosts.toml", tomli_w.dumps({"hosts": {
+    return hosts_toml(tmp_path / "hosts.toml", {
         "a": {"ssh": EVIL},
         EVIL: {"ssh": EVIL, "profile": EVIL, "mounts": [EVIL]},
-    }}).encode())
+    })
 
 
 def run_one(config: Path, verb: list[str], capsys: pytest.CaptureFixture[str]
@@ -115,12 +115,11 @@ def test_control_characters_in_a_host_name_are_printed_inert(
 def test_settings_naming_missing_files_fail_the_host_not_the_verb(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no-such-ssh-config"
-    config = private(tmp_path / "hosts.toml", tomli_w.dumps({
-        "settings": {"ssh_config": str(missing)},
-        # Loopback only: where no sshd listens on port 22, the connect is refused at once.
-        "hosts": {"a": {"ssh": "127.0.0.1"},
-                  "b": {"ssh": "127.0.0.1", "profile": "no-such-profile"}},
-    }).encode())
+    # Loopback only: where no sshd listens on port 22, the connect is refused at once.
+    config = hosts_toml(tmp_path / "hosts.toml", {
+        "a": {"ssh": "127.0.0.1"},
+        "b": {"ssh": "127.0.0.1", "profile": "no-such-profile"},
+    }, missing)
     said = run_all(config, capsys)
     rc, out, err = said["status"]
     assert rc != 0 and "a" in out + err, (out, err)
