@@ -212,12 +212,14 @@ class AttackTally:
                 attempt.reasons.append(reason)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.doc is None or not self.attempts:
+        # --collect-only ran nothing: it would write every attempt as skipped.
+        if self.doc is None or not self.attempts or session.config.option.collectonly:
             return
         self.doc.write_text(render(self.attempts.values()), encoding="utf-8")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.doc is not None and self.attempts:
+        ran = not terminalreporter.config.option.collectonly
+        if self.doc is not None and self.attempts and ran:
             held = sum(a.outcome == HELD for a in self.attempts.values())
             terminalreporter.write_line(
                 f"attacks: {held} of {len(self.attempts)} held; written to {self.doc}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.hostile import TERMINAL_CONTROLS, hosts_toml
+from harness.hostile import TERMINAL_CONTROLS, end_user_processes, hosts_toml
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import HostConfig
@@ -28,7 +28,8 @@ pytestmark = pytest.mark.sshd
 FAKE_PYTHON = """#!/bin/sh
 if [ "$2" = serve ]; then
   while IFS= read -r request; do
-    if [ "$(head -c 4 "$HOME/answer")" = hang ]; then sleep 3600; fi
+    # Hang: wait for a next request that never comes; the channel's close ends it.
+    if [ "$(head -c 4 "$HOME/answer")" = hang ]; then read -r request; exit 0; fi
     cat "$HOME/answer"
     printf '\\n'
   done
@@ -51,7 +52,8 @@ def fake_box(sshd_box: Any) -> Any:
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
     sshd_box.fake_python = str(fake)
-    return sshd_box
+    yield sshd_box
+    end_user_processes(sshd_box.identity.user.uid)  # a stand-in left hanging
 
 
 def answer(box: Any, body: bytes) -> None:

@@ -21,6 +21,7 @@ from harness.hostile import (
     FINAL,
     GPUROOM,
     add_job,
+    end_user_processes,
     gpuroom,
     hosts_toml,
     queue_jobs,
@@ -41,7 +42,8 @@ def box(sshd_box: Any, tmp_path: Path) -> Any:
     for name in ("runs", "b-ran"):
         (sshd_box.home / name).unlink(missing_ok=True)
     yield sshd_box
-    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    # The runner may be detached with setsid, out of reach of tmux kill-session.
+    end_user_processes(sshd_box.identity.user.uid)
 
 
 def add(config: Path, *argv: str) -> str:

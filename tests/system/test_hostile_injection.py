@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.hostile import gpuroom, hosts_toml
+from harness.hostile import end_user_processes, gpuroom, hosts_toml
 
 pytestmark = pytest.mark.sshd
 
@@ -43,7 +43,8 @@ def write_config(box: Any, tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> 
 @pytest.fixture
 def box(sshd_box: Any) -> Any:
     yield sshd_box
-    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    # The runner may be detached with setsid, out of reach of tmux kill-session.
+    end_user_processes(sshd_box.identity.user.uid)
 
 
 @pytest.mark.attack("injection", "hosts.toml ssh aliases, python and mounts holding ; $() "

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from harness import hostile
-from harness.hostile import GPUROOM, hosts_toml
+from harness.hostile import GPUROOM, end_user_processes, hosts_toml
 
 pytestmark = pytest.mark.sshd
 
@@ -72,7 +72,8 @@ def box(sshd_box: Any, tmp_path: Path) -> Iterator[Any]:
     sshd_box.secret_config = hosts_toml(tmp_path / "hosts.toml",
                                         {"box": {"ssh": sshd_box.alias}}, sshd_box.ssh_config)
     yield sshd_box
-    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    # The runner may be detached with setsid, out of reach of tmux kill-session.
+    end_user_processes(sshd_box.identity.user.uid)
 
 
 def key_material(path: Path) -> list[bytes]:

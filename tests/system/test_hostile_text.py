@@ -34,6 +34,7 @@ from harness.hostile import (
     GPUROOM,
     TERMINAL_CONTROLS,
     add_job,
+    end_user_processes,
     gpuroom_json,
     hosts_toml,
     queue_jobs,
@@ -163,7 +164,8 @@ def hostile_box(sshd_box: Any, tmp_path: Path) -> Any:
         {"box": {"ssh": box.alias, "python": str(fake), "mounts": [str(mount)]}}, box.ssh_config)
     box.hostile_mount = mount
     yield box
-    box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    # The runner may be detached with setsid, out of reach of tmux kill-session.
+    end_user_processes(box.identity.user.uid)
     if mounted:
         subprocess.run(["umount", str(mount)], capture_output=True, check=False)
     shutil.rmtree(parent, ignore_errors=True)
