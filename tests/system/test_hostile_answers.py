@@ -30,6 +30,12 @@ if [ "$2" = serve ]; then
   while IFS= read -r request; do
     # Hang: wait for a next request that never comes; the channel's close ends it.
     if [ "$(head -c 4 "$HOME/answer")" = hang ]; then read -r request; exit 0; fi
+    # Drip: a byte every 0.1 s and never a newline, each under any per-read timeout.
+    if [ "$(head -c 4 "$HOME/answer")" = drip ]; then
+      printf '{"ok": true, "snapshot": {"pad": "'
+      while printf x; do sleep 0.1; done
+      exit 0
+    fi
     cat "$HOME/answer"
     printf '\\n'
   done
@@ -183,6 +189,25 @@ async def test_a_hanging_helper_is_cut_off_at_the_deadline_and_read_again_after(
         assert not link.connected
         answer(fake_box, good)
         assert (await link.poll({}))["schema"]
+    finally:
+        await link.close()
+
+
+@pytest.mark.attack("bad answers", "a helper that drips its answer a byte every 0.1 s and never "
+                    "ends the line: cut off at the poll's deadline, not held open by each byte")
+async def test_a_dripping_answer_is_cut_off_at_the_deadline(fake_box: Any) -> None:
+    answer(fake_box, served(await real_snapshot(fake_box)))
+    link = HostLink(HostConfig(name="box", ssh=fake_box.alias, python=fake_box.fake_python),
+                    ssh_config=fake_box.ssh_config, request_timeout_s=2.0)
+    try:
+        # Connected first: the first poll of a connection has a longer bound (issue 18 item 12).
+        assert (await link.poll({}))["schema"]
+        answer(fake_box, b"drip")
+        t0 = time.monotonic()
+        with pytest.raises(LinkError, match="no answer within"):
+            await link.poll({})
+        assert time.monotonic() - t0 < 6.0
+        assert not link.connected
     finally:
         await link.close()
 
