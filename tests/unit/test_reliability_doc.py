@@ -3,6 +3,9 @@ renamed attempt without `make reliability` fails here, so the figures never go s
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -94,3 +97,68 @@ def test_rendered_rows_read_back_with_their_outcomes() -> None:
     assert "**1 of 3 attempts held.**" in text
     assert "| hostile text | 1 | 1 | 0 | 0 | 0 |" in text
     assert "| faults | 1 | 0 | 0 | 1 | 0 |" in text
+
+
+INNER = '''
+import pytest
+
+@pytest.fixture
+def broken_teardown():
+    yield
+    raise RuntimeError("teardown")
+
+@pytest.mark.attack("faults", "passes")
+def test_held(): ...
+
+@pytest.mark.attack("faults", "one case fails")
+@pytest.mark.parametrize("n", [1, 2])
+def test_half(n):
+    assert n == 1
+
+@pytest.mark.attack("secrets", "skipped here")
+def test_skipped():
+    pytest.skip("needs root")
+
+@pytest.mark.attack("injection", "a known failure")
+@pytest.mark.xfail(strict=True, reason="item 99")
+def test_known():
+    assert False
+
+@pytest.mark.attack("host keys", "passes, then its teardown fails")
+def test_teardown(broken_teardown): ...
+
+def test_not_an_attack(): ...
+'''
+
+
+def inner_pytest(tmp_path: Path, source: str) -> tuple[int, str]:
+    """pytest run on ``source`` in a fresh process, with this plugin: its status and output."""
+    (tmp_path / "test_inner.py").write_text(source)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "harness.attacks", "-p", "no:cacheprovider",
+         "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(tmp_path),
+         "--reliability-doc=" + str(tmp_path / "R.md"), str(tmp_path / "test_inner.py")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_plugin_records_each_outcome_of_a_real_run(tmp_path: Path) -> None:
+    rc, said = inner_pytest(tmp_path, INNER)
+    assert rc == 1, said  # a failed case fails the run; the document is written anyway
+    rows = documented((tmp_path / "R.md").read_text())
+    assert {k.split("::")[1]: v[2] for k, v in rows.items()} == {
+        "test_held": "held",
+        "test_half": "FAILED (2 cases)",
+        "test_skipped": "skipped (needs root)",
+        "test_known": "known failure (item 99)",
+        "test_teardown": "FAILED",
+    }
+    assert "attacks: 1 of 5 held" in said
+
+
+def test_a_marker_of_an_unknown_category_stops_the_run(tmp_path: Path) -> None:
+    rc, said = inner_pytest(
+        tmp_path, "import pytest\n@pytest.mark.attack('hostile-text', 'x')\ndef test_x(): ...\n")
+    assert rc == 4 and "unknown attack category 'hostile-text'" in said, said
+    assert not (tmp_path / "R.md").exists()
