@@ -35,6 +35,7 @@ from harness.hostile import (
     TERMINAL_CONTROLS,
     add_job,
     end_user_processes,
+    gpuroom,
     gpuroom_json,
     hosts_toml,
     queue_jobs,
@@ -279,3 +280,26 @@ def test_a_notification_carries_the_box_text_inert(hostile_box: Any, tmp_path: P
     for text in texts:
         for c in (*FORBIDDEN, "\n", "\r"):
             assert c not in text, (repr(c), text)
+
+
+@pytest.mark.attack("hostile text", "a recording of the hostile box (gpuroom record) replayed in "
+                    "the room on a pty: no byte sequence from the box in what Textual writes")
+def test_a_replayed_recording_of_the_box_is_inert(hostile_box: Any, tmp_path: Path) -> None:
+    config = hostile_box.hostile_config
+    job = hostile_job(hostile_box, until=("running",), hold=True)
+    recording = tmp_path / "fleet.jsonl"
+    try:
+        done = gpuroom(config, "record", str(recording), "--polls", "2", "--interval", "0.5")
+        assert done.returncode == 0, done.stderr
+    finally:
+        gpuroom_json(config, "queue", "kill", "box", job)
+    rc, shown = in_a_terminal([GPUROOM, "replay", str(recording), "--speed", "10"],
+                              terminal_env(tmp_path), keys=[(6.0, b"q")])
+    assert rc == 0, shown[-2000:]
+    for marker in BOX_MARKERS:
+        assert marker not in shown, marker
+    rest = TEXTUAL_OWN.sub("", shown)
+    for c in FORBIDDEN:
+        assert c not in rest, (repr(c), repr(rest[max(0, rest.find(c) - 80):][:200]))
+    assert "ev[@click=app.quit]x[/]il" in rest
+    assert f"=== gpuroom {job} attempt 1" in rest
