@@ -114,7 +114,7 @@ def runner_pids(box: Any) -> list[int]:
 def test_runner_killed_with_a_job_running(box: Any) -> None:
     config = box.fault_config
     runs = box.home / "runs"
-    first = add(config, "sh", "-c", f"echo start >> {runs}; sleep 3; echo end >> {runs}")
+    first = add(config, "sh", "-c", f"echo start >> {runs}; sleep 5; echo end >> {runs}")
     wait_for(lambda: runs.exists() and "start" in runs.read_text(), "the job to start",
              every_s=0.05)
     pids = runner_pids(box)
