@@ -1,6 +1,7 @@
 """hosts.toml: which boxes gpuroom watches and how to reach them.
 
-Read with tomllib, written with tomli-w, mode 0600. File-level problems (not TOML, wrong
+Read with tomllib; edited with tomlkit, which keeps the user's comments and layout, mode
+0600, the previous file kept as hosts.toml.bak. File-level problems (not TOML, wrong
 types at the top) raise ConfigError naming the file, the line or key and the fix. A problem
 with one host (no ssh alias, an alias that could inject options) is kept on that host as
 ``error`` so every other host still works.
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-import tomli_w
+import tomlkit
+import tomlkit.exceptions
 
 from gpuroom.tui.errors import GpuroomError, with_fix
 
@@ -326,30 +328,100 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
     return config
 
 
-def save(config: Config) -> None:
-    """Write hosts.toml atomically with mode 0600 (it may name teardown commands)."""
-    doc: dict[str, Any] = {}
-    s = config.settings
-    defaults = Settings()
-    keys = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode", "bell",
-            "notify_command")
-    settings = {k: getattr(s, k) for k in keys if getattr(s, k) != getattr(defaults, k)}
-    if settings:
-        doc["settings"] = settings
-    doc["hosts"] = {name: h.to_toml() for name, h in config.hosts.items()}
-    tmp = config.path.with_name(config.path.name + ".tmp")
+def save(config: Config) -> Path | None:
+    """Write hosts.toml atomically with mode 0600 (it may name teardown commands).
+
+    The file is edited, not rewritten: a round-trip parse keeps the user's comments, order
+    and layout, and only the hosts and settings that differ from ``config`` change (a host
+    whose table has a problem is never touched). The previous file is kept as
+    ``hosts.toml.bak`` (0600); its path is returned, None when there was no file.
+    """
+    path = config.path
     try:
-        config.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            tomli_w.dump(doc, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, config.path)
+        old = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        old = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _err(path, "reading", str(exc), "check the file's permissions and encoding") from exc
+    try:
+        doc = tomlkit.parse(old) if old is not None else tomlkit.document()
+    except tomlkit.exceptions.ParseError as exc:
+        raise _err(path, "not valid TOML", str(exc),
+                   "correct the syntax at that line before gpuroom edits the file") from exc
+    _sync_settings(doc, config.settings)
+    _sync_hosts(path, doc, config.hosts)
+    backup = path.with_name(path.name + ".bak") if old is not None else None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if backup is not None:
+            _write_private(backup, old or "")
+        _write_private(path, tomlkit.dumps(doc))
     except OSError as exc:  # the user's disk or permissions, not a bug
-        raise _err(config.path, "writing", exc.strerror or str(exc),
+        raise _err(path, "writing", exc.strerror or str(exc),
                    "check the directory's permissions and free space, or give --config") from exc
+    return backup
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with ``text``, mode 0600 from the first byte."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+_SETTING_KEYS = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode", "bell",
+                 "notify_command")
+
+
+def _plain(value: Any) -> Any:
+    """A tomlkit item as the Python value tomllib would read."""
+    return value.unwrap() if hasattr(value, "unwrap") else value
+
+
+def _sync_settings(doc: Any, settings: Settings) -> None:
+    """Change only the settings whose value differs; a default one is removed."""
+    defaults = Settings()
+    table = doc.get("settings")
+    for key in _SETTING_KEYS:
+        want = getattr(settings, key)
+        current = _plain(table[key]) if table is not None and key in table else \
+            getattr(defaults, key)
+        if isinstance(current, int) and not isinstance(current, bool):
+            current = float(current)  # poll_interval_s = 5 reads as 5.0
+        if current == want:
+            continue
+        if want == getattr(defaults, key):
+            del table[key]
+            continue
+        if table is None:
+            table = doc["settings"] = tomlkit.table()
+        table[key] = want
+
+
+def _sync_hosts(path: Path, doc: Any, hosts: dict[str, HostConfig]) -> None:
+    """Add, replace and remove [hosts.NAME] tables to match ``hosts``, leaving alone every
+    table that already says the same (and every one gpuroom could not read)."""
+    table = doc.get("hosts")
+    if table is None:
+        if not hosts:
+            return
+        # [hosts.NAME] headers only, no bare [hosts] above them.
+        table = doc["hosts"] = tomlkit.table(is_super_table=True)
+    for name in [n for n in table if n not in hosts]:
+        del table[name]
+    for name, host in hosts.items():
+        if name in table:
+            if host.error is not None or _parse_host(path, name, _plain(table[name])) == host:
+                continue
+        item = tomlkit.table()
+        for key, value in host.to_toml().items():
+            item[key] = value
+        table[name] = item
 
 
 def ssh_config_aliases(path: Path) -> list[str]:

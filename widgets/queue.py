@@ -16,6 +16,7 @@ from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
 SLURM_WIDTH = 36
+STATE_WIDTH = 40  # a queued job's state says why it waits; the rest is "…"
 COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
 
 
@@ -51,7 +52,8 @@ class QueueTable(RowTable):
                 # Truthful: the box has not confirmed this yet (principle 3).
                 state = Text(f"{j.pending}…", style="bold magenta")
             else:
-                state = Text(j.state, style=STATE_STYLE.get(j.state, ""))
+                state = Text(fmt_cut(j.state_text, STATE_WIDTH),
+                             style=STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
                 Text(j.name),

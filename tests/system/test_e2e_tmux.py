@@ -86,7 +86,7 @@ def _kill_every_live_job(config: Path) -> None:
     try:
         for job in _jobs(config):
             if job["state"] in ("running", "queued", "launching"):
-                _queue_json(config, "kill", "box", job["id"])
+                _queue_json(config, "kill", "box", job["id"], "--json")
     except (AssertionError, OSError, ValueError, KeyError):
         pass  # teardown of a failed test: the box reset wipes ~/.gpuroom anyway
 

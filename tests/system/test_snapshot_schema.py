@@ -24,9 +24,8 @@ from typing import Any
 
 import pytest
 from fakes import NVIDIA_SMI
+from harness.boxenv import probe_with_a_broken_section, python_with_env
 
-from gpuroom.remote import kernel
-from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
@@ -59,11 +58,7 @@ def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
            "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = root / "python3"
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
+    wrapper = python_with_env(root / "python3", env)
     for path in (root, *root.rglob("*")):
         os.chown(path, user.pw_uid, user.pw_gid)
     try:
@@ -120,18 +115,7 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
     assert snap["gpu_source"] == "nvidia-smi", snap["gpu_error"]  # the replay answered
     assert missing("probe", [snap]) == set()
     # A missing mount is one failure path; a collector that raises is the other.
-    broken = _probe_with_a_broken_section(monkeypatch)
+    broken = probe_with_a_broken_section(monkeypatch)
     assert [e["section"] for e in broken["errors"]] == ["kernel"]
     assert missing("failure", [snap, broken]) == set()
 
-
-def _probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(kernel, "collect", broken)
-    session = ProbeSession()
-    try:
-        return session.snapshot({})
-    finally:
-        session.close()

@@ -17,11 +17,13 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import add_row, box_table, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 
@@ -33,8 +35,12 @@ ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
+    up = state.state is LinkState.UP
     return {"name": state.name, "state": state.state.value, "error": state.error,
-            "snapshot": state.snapshot if state.state is LinkState.UP else None}
+            # The sections the helper could not collect (U44): UP, but partly blind.
+            "section_errors": [{"section": name, "error": error} for name, error
+                               in failed_sections(state.view if up else None)],
+            "snapshot": state.snapshot if up else None}
 
 
 def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
@@ -46,30 +52,26 @@ def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
 
 
 def _print_table(states: list[HostState]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title="gpuroom status")
-    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk", "inodes", "error"):
-        table.add_column(col)
+    table = box_table("gpuroom status", ("host", "state", "hostname", "uptime", "GPUs", "disk",
+                                         "inodes", "error"))
     for s in states:
         snap = s.view
         b, i = _worst_disk(snap)
         uptime = snap.host.uptime_s if snap is not None else None
         hostname = snap.host.hostname if snap is not None else None
-        table.add_row(
+        add_row(table, (
             s.name,
             s.state.value.upper(),
-            Text(sanitize_line(hostname or "-")),
+            hostname or "-",
             fmt_hours(uptime) if uptime else "-",
             str(len(snap.gpus)) if snap is not None else "-",
             fmt_pct(b),
             fmt_pct(i),
-            # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
-            Text(fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH)),
-        )
-    Console().print(table)
+            # An UP host names the sections its helper failed to collect (U44).
+            fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
+            else fmt_cut(failed_sections_text(snap), ERROR_WIDTH),
+        ))
+    print_table(table)
 
 
 async def _status(config: cfg.Config) -> list[HostState]:
@@ -150,29 +152,37 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         config.hosts[args.name] = cfg.HostConfig(name=args.name, ssh=alias, profile=args.profile,
                                                  price_per_hour=args.price)
-        cfg.save(config)
-        print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}")
+        print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}"
+              f"{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "remove":
         if config.hosts.pop(args.name, None) is None:
             print(f"gpuroom: no host {args.name!r} in {config.path}", file=sys.stderr)
             return EXIT_USAGE
-        cfg.save(config)
-        print(f"removed {args.name}")
+        print(f"removed {args.name} from {config.path}{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "import":
         ssh_config = Path(args.ssh_config).expanduser() if args.ssh_config else \
             config.ssh_config_path()
+        if not ssh_config.is_file():
+            raise cfg.ConfigError(f"no ssh config to import from: {ssh_config} does not exist",
+                                  "write your boxes there as 'Host NAME' blocks (HostName, "
+                                  "User, Port), or give --ssh-config PATH")
         added = []
         for alias in cfg.ssh_config_aliases(ssh_config):
             if alias in config.hosts or cfg.check_alias(alias):
                 continue
             config.hosts[alias] = cfg.HostConfig(name=alias, ssh=alias)
             added.append(alias)
-        cfg.save(config)
-        print(f"imported {len(added)} host(s) from {ssh_config}: {', '.join(added) or '-'}")
+        backup = cfg.save(config) if added else None
+        print(f"imported {len(added)} host(s) from {ssh_config}: {', '.join(added) or '-'}"
+              f"{_backed_up(backup)}")
         return EXIT_OK
     return EXIT_USAGE
+
+
+def _backed_up(backup: Path | None) -> str:
+    return f" (the previous file is kept as {backup})" if backup is not None else ""
 
 
 def cmd_room(args: argparse.Namespace) -> int:

@@ -56,40 +56,49 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
     return Fleet(config), hosts[args.host]
 
 
-def _printer() -> Any:
-    last = [0.0]
+class _ProgressLine:
+    """One progress line on stderr, rewritten in place; ``end`` closes it, so whatever is
+    printed next (an error, the report) starts a line of its own."""
 
-    def show(p: Progress) -> None:
+    def __init__(self) -> None:
+        self._last = 0.0
+        self._open = False
+
+    def show(self, jid: str, p: Progress) -> None:
         now = time.monotonic()
-        if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
-            return
-        last[0] = now
-        print(f"\r{fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}   ", end="",
-              file=sys.stderr, flush=True)
+        if not p.total or (now - self._last < PROGRESS_EVERY_S and p.done < p.total):
+            return  # nothing to move (only empty files) is said by the report, not "0B/0B"
+        self._last = now
+        self._open = True
+        print(f"\r{sanitize_line(jid)} {fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}   ",
+              end="", file=sys.stderr, flush=True)
 
-    return show
+    def end(self) -> None:
+        if self._open:
+            self._open = False
+            print(file=sys.stderr, flush=True)
 
 
 async def _pull(args: argparse.Namespace) -> int:
     fleet, host = _fleet(args)
     link = fleet.link(args.host)
-    show = _printer()
-
-    def progress(_jid: str, p: Progress) -> None:
-        show(p)
-
+    line = _ProgressLine()
+    root = pull_root(host, args.to)
     try:
-        results = await pull_jobs(link, pull_root(host, args.to), args.job, on_progress=progress,
+        results = await pull_jobs(link, root, args.job, on_progress=line.show,
                                   method=args.method)
     except GpuroomError as exc:  # no such job, the link, the manifest
+        line.end()
         print(f"gpuroom pull: {describe(exc)}", file=sys.stderr)
         return 1
     finally:
+        line.end()
         await fleet.close()
-    print(file=sys.stderr)
+    if not results:
+        print(f"{args.host}: no job has a checkpoint dir to pull; nothing written under {root}")
     for jid, result in results:
-        for line in result_lines(jid, result):
-            print(line)
+        for text in result_lines(jid, result):
+            print(text)
     return 1 if any(not r.ok for _, r in results) else 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root
+from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
@@ -71,6 +71,18 @@ class Recorder:
         self._f.close()
 
 
+def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
+    """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("ok") is not False or not doc.get("error"):
+        return None
+    fix = doc.get("fix")
+    return sanitize_line(str(doc["error"])), sanitize_line(str(fix)) if fix else None
+
+
 class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
@@ -94,6 +106,7 @@ class Fleet(PendingLedger):
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
+        self._pull_records = PullRecords()
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
@@ -202,6 +215,11 @@ class Fleet(PendingLedger):
     async def _queue_call(self, host: str, *args: str, timeout_s: float = 60.0) -> str:
         result = await self.link(host).helper("queue", *args, timeout_s=timeout_s)
         if result.rc != 0:
+            # The queue answers a refusal in its JSON (a full disk: the cause and the fix);
+            # that beats "exit 1" with an empty stderr.
+            answer = _queue_refusal(result.stdout)
+            if answer is not None:
+                raise LinkError(host, f"queue {args[0]} failed: {answer[0]}", fix=answer[1])
             raise LinkError(host, f"queue {args[0]} failed ({result.failure()})")
         return result.stdout.decode(errors="replace")
 
@@ -234,6 +252,9 @@ class Fleet(PendingLedger):
 
     async def gate(self, host: str) -> GateResult:
         return await check_gate(self.link(host))
+
+    def pull_records(self) -> list[dict[str, Any]]:
+        return self._pull_records.current()
 
     def teardown_argv(self, host: str) -> list[str] | None:
         cmd = self._hosts[host].teardown_command if host in self._hosts else None

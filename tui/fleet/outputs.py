@@ -15,11 +15,19 @@ import platformdirs
 
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job, read_queue_view, read_snapshot, with_jobs
 from gpuroom.tui.transport.link import HostLink, LinkError
-from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull, take_manifest
+from gpuroom.tui.transport.pull import (
+    Progress,
+    PullResult,
+    load_records,
+    pull,
+    state_file,
+    take_manifest,
+)
 
 
 def pull_root(host: HostConfig, to: str | None = None) -> Path:
@@ -85,11 +93,18 @@ async def check_gate(link: HostLink) -> GateResult:
 
 
 def result_lines(jid: str, result: PullResult) -> list[str]:
-    """What a pull of one job did, a line per file, for the CLI and the room. Inert: file
-    names, reasons and errors in them are the box's."""
+    """What a pull of one job did: where its files went, then a line per file, for the CLI
+    and the room. Inert: file names, reasons and errors in them are the box's."""
     if not result.files and (result.manifest_reason or "").startswith("not a dir"):
         return [sanitize_line(f"{jid}: nothing to pull ({result.manifest_reason})")]
-    lines = [f"{jid}/{f.path}: {f.status}"
+    verified = sum(f.status == "verified" for f in result.files)
+    counted = f"{verified} file(s)" if verified == len(result.files) else \
+        f"{verified} of {len(result.files)} file(s)"
+    # Where the files went and what really crossed the wire (resumed and verified bytes
+    # already here do not count).
+    lines = [f"{jid}: {counted} verified in {result.local_dir} "
+             f"({fmt_bytes(result.bytes_transferred)} received)"]
+    lines += [f"{jid}/{f.path}: {f.status}"
              f"{' by ' + f.verified_by if f.verified_by else ''}"
              f"{': ' + f.detail if f.detail else ''}" for f in result.files]
     if result.note:
@@ -97,3 +112,30 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
     if not result.manifest_complete:
         lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
     return [sanitize_line(line) for line in lines]
+
+
+class PullRecords:
+    """The pull records (pulls.json) for the danger clock, re-read only when the file
+    changes: a `gpuroom pull` in another terminal counts as soon as it is written."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = state_file(path)
+        self._seen: tuple[int, int] | None = None
+        self._records: list[dict[str, Any]] = []
+
+    def current(self) -> list[dict[str, Any]]:
+        """The records as the file holds them now; none when it is missing or unreadable
+        (the clock then says "not pulled", the safe side; the gate reports the file)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._seen, self._records = None, []
+            return []
+        key = (st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                self._records = load_records(self.path)
+            except (GpuroomError, OSError):
+                self._records = []
+            self._seen = key
+        return self._records

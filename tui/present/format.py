@@ -9,6 +9,7 @@ nvitop's bytes2human); counts are decimal ("16K", as df -hi). Pure; a value not 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from gpuroom.tui.errors import FIX_CLAUSE
@@ -94,6 +95,11 @@ def fmt_duration(seconds: float) -> str:
 def fmt_hours(seconds: float | None) -> str:
     """Billed or up time in hours: 4.0h."""
     return NA if seconds is None else f"{seconds / 3600:.1f}h"
+
+
+def fmt_utc(epoch: float) -> str:
+    """A moment for findings, independent of this machine's zone: 2026-11-24 12:03:04 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
 def fmt_mmss(seconds: float) -> str:

@@ -13,10 +13,13 @@ from gpuroom.tui.present.disks import (
     INODES_WARN_PCT,
     disk_rows,
 )
-from gpuroom.tui.present.format import fmt_age, fmt_hours, fmt_money, fmt_pct
+from gpuroom.tui.present.format import fmt_age, fmt_cut, fmt_hours, fmt_money, fmt_pct, fmt_text
 from gpuroom.tui.present.gpus import gpu_rows, gpu_summary
 from gpuroom.tui.present.jobs import running_job
 from gpuroom.tui.present.levels import Level, level_of
+from gpuroom.tui.snapshot import Snapshot
+
+SECTION_NAME_WIDTH = 16  # a section's name is the box's word: bounded in the state cell
 
 
 def link_text(host: HostState, now: float) -> str:
@@ -26,6 +29,20 @@ def link_text(host: HostState, now: float) -> str:
     if host.state is LinkState.STALE:
         return f"STALE {fmt_age(host.age_s(now))}"
     return f"DOWN: {host.error or 'never answered'}"
+
+
+def failed_sections(snap: Snapshot | None) -> tuple[tuple[str, str], ...]:
+    """(section, error) for each section the helper's probe could not collect (its
+    ``errors[]``), inert: both are the box's text."""
+    if snap is None:
+        return ()
+    return tuple((fmt_cut(fmt_text(e.section or "?"), SECTION_NAME_WIDTH),
+                  fmt_text(e.error or "no error text")) for e in snap.errors)
+
+
+def failed_sections_text(snap: Snapshot | None) -> str:
+    """One line for a table's error cell: "section kernel failed: OSError: ..."; "" if none."""
+    return "; ".join(f"section {name} failed: {error}" for name, error in failed_sections(snap))
 
 
 _LINK_LEVEL: dict[LinkState, Level] = {
@@ -95,9 +112,16 @@ def host_row(host: HostState, now: float, *, billed: str = "-",
     b_level = level_of(b, BYTES_WARN_PCT, BYTES_CRIT_PCT)
     i_level = level_of(i, INODES_WARN_PCT, INODES_CRIT_PCT)
     find_text, find_level = findings_cell(findings)
+    state, level = link_text(host, now), link_level(host)
+    failed = failed_sections(snap) if host.state is LinkState.UP else ()
+    if failed:
+        # Answering is not the same as being watched: a section that failed is a blind spot
+        # (U44), so the row says which, as a warning, next to UP.
+        state = f"UP, {'+'.join(name for name, _ in failed)} failed"
+        level = "warn"
     return HostRow(
         name=host.name,
-        state=link_text(host, now),
+        state=state,
         profile=host.profile,
         gpus=count,
         sm_clock=sm,
@@ -107,7 +131,7 @@ def host_row(host: HostState, now: float, *, billed: str = "-",
         job=running_job(snap),
         billed=billed,
         findings=find_text,
-        level=link_level(host),
+        level=level,
         disk_level=b_level,
         inode_level=i_level,
         findings_level=find_level,

@@ -333,7 +333,7 @@ class GpuroomApp(App[None]):
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
         # Findings and clocks once per redraw: banner and alerts read the same lists.
-        clocks = self.findings_watch.clocks(hosts, now)
+        clocks = self.findings_watch.clocks(hosts, now, self.fleet.pull_records())
         self._alert(findings, clocks)
         # Every item, not the first three of one source: the banner cuts and counts the rest.
         self.query_one(DangerBanner).items = fleet_dangers(
@@ -549,7 +549,8 @@ class GpuroomApp(App[None]):
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()
-        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock())
+        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock(),
+                                            self.fleet.pull_records())
 
         def closed(clear: bool | None) -> None:
             if clear:
@@ -641,9 +642,11 @@ class GpuroomApp(App[None]):
             self._failed("teardown_command", host, exc,
                          "run it yourself; check [hosts.NAME] teardown_command")
             return
-        # Its last line, or say there was none (a bare "finished:" read as cut off).
-        tail = (sanitize_line(out.decode(errors="replace").strip().splitlines()[-1])
-                if out.strip() else "no output")
+        # Its last line, or say there was none (a bare "finished:" read as cut off); a line
+        # of only escape sequences is none once they are stripped.
+        lines = [sanitize_line(line).strip()
+                 for line in out.decode(errors="replace").splitlines()]
+        tail = next((line for line in reversed(lines) if line), "no output")
         if rc:
             self.notify(f"teardown_command for {host} exited {rc} ({tail}). "
                         "Fix: the box may still bill; check your provider's console",

@@ -10,13 +10,14 @@ user clears it. It also decides which critical items are new, for the bell and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose, sort_findings, vanished_findings
+from gpuroom.tui.rules.gate import Record
 from gpuroom.tui.snapshot import Snapshot
 
 # A remembered transition is dropped after this long even if never cleared.
@@ -98,14 +99,16 @@ class FleetWatch:
             out += [f for f, _at in mem.sticky.values() if f not in current]
         return sort_findings(out)
 
-    def clocks(self, hosts: Iterable[HostState], now: float) -> list[ClockItem]:
+    def clocks(self, hosts: Iterable[HostState], now: float,
+               records: Sequence[Record] = ()) -> list[ClockItem]:
+        """Every host's clocks; ``records`` are the pull records (FleetAPI.pull_records)."""
         out: list[ClockItem] = []
         for h in hosts:
             snap = h.view if h.view is not None else self._mem.get(
                 h.name, _HostMemory()).current
             out += host_clocks(h.name, snap, self.profile(h.profile), now,
                                price_per_hour=h.price_per_hour, rented_at=h.rented_at,
-                               tracker=self.tracker)
+                               tracker=self.tracker, records=records)
         return out
 
     def clear(self, host: str | None = None) -> int:
@@ -117,9 +120,10 @@ class FleetWatch:
                 mem.sticky.clear()
         return n
 
-    def banner(self, hosts: Iterable[HostState], now: float, limit: int = 3) -> list[str]:
+    def banner(self, hosts: Iterable[HostState], now: float, limit: int = 3,
+               records: Sequence[Record] = ()) -> list[str]:
         hosts = list(hosts)
-        return banner_lines(self.findings(), self.clocks(hosts, now), limit=limit)
+        return banner_lines(self.findings(), self.clocks(hosts, now, records), limit=limit)
 
     def new_criticals(self, findings: Iterable[Finding], clocks: Iterable[ClockItem]
                       ) -> list[str]:

@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,12 @@ from typing import Any, BinaryIO, Protocol
 import asyncssh
 
 from gpuroom.remote import SCHEMA
-from gpuroom.tui.config import HostConfig, check_alias
+from gpuroom.tui.config import (
+    HostConfig,
+    check_alias,
+    default_ssh_config_path,
+    ssh_config_aliases,
+)
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import snapshot_problems
@@ -70,6 +77,15 @@ class RemoteFileError(LinkError):
 
 class HostKeyError(LinkError):
     """The box's host key is unknown or changed: refused, never silently trusted."""
+
+
+class UploadError(Exception):
+    """Putting a file on the box failed: at which step (naming the file) and the error."""
+
+    def __init__(self, step: str, error: str) -> None:
+        super().__init__(f"{step} failed: {error}")
+        self.step = step
+        self.error = error
 
 
 @dataclass
@@ -203,13 +219,20 @@ class LocalTransport:
 
     async def put_file(self, rel_path: str, data: bytes) -> None:
         final = Path.home() / rel_path
-        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.tmp-{secrets.token_hex(4)}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        step = f"creating {final.parent}"
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            step = f"writing {tmp}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            step = f"renaming {tmp} to {final}"
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise UploadError(step, exc.strerror or str(exc)) from exc
 
     async def open_serve(self, argv: list[str]) -> ServeChannel:
         proc = await asyncio.create_subprocess_exec(
@@ -269,6 +292,8 @@ class SshTransport:
             raise LinkError(host, f"ssh login to {alias!r} was refused ({exc.reason})",
                             fix=f"check User and IdentityFile for Host {alias} in your ssh "
                                 "config, or add the key to your agent (ssh-add)") from exc
+        except socket.gaierror as exc:
+            raise _unresolved(host, alias, ssh_config, exc) from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
                             fix="check that the box is up and the alias is right "
@@ -293,15 +318,24 @@ class SshTransport:
         parent, _, name = rel_path.rpartition("/")
         tmp = f"{parent}/.{name}.tmp-{secrets.token_hex(4)}"
         async with self._conn.start_sftp_client() as sftp:
-            await sftp.makedirs(parent, exist_ok=True)
-            async with sftp.open(tmp, "wb") as f:
-                await f.write(data)
+            step = f"creating ~/{parent}"
             try:
-                await sftp.posix_rename(tmp, rel_path)
-            except asyncssh.SFTPError:
-                # Servers without the posix-rename extension: plain rename refuses to
-                # replace, which is what we want for a content-named file anyway.
-                await sftp.rename(tmp, rel_path)
+                await sftp.makedirs(parent, exist_ok=True)
+                step = f"writing ~/{tmp}"
+                async with sftp.open(tmp, "wb") as f:
+                    await f.write(data)
+                step = f"renaming ~/{tmp} to ~/{rel_path}"
+                try:
+                    await sftp.posix_rename(tmp, rel_path)
+                except asyncssh.SFTPOpUnsupported:
+                    # Servers without the posix-rename extension: plain rename refuses to
+                    # replace, which is what we want for a content-named file anyway.
+                    await sftp.rename(tmp, rel_path)
+            except asyncssh.SFTPError as exc:
+                with contextlib.suppress(asyncssh.Error):  # no temp file left behind
+                    await sftp.remove(tmp)
+                raise UploadError(step, f"SFTP error {exc.code} ({sanitize_line(exc.reason)})",
+                                  ) from exc
 
     async def open_serve(self, argv: list[str]) -> ServeChannel:
         proc = await self._conn.create_process(remote_command(argv), encoding=None)
@@ -342,6 +376,25 @@ async def _cipher_preference(config: Any, alias: str) -> Any:
     if list(options.encryption_algs) != default:
         return ()  # () lets asyncssh take the config's own list
     return [alg.decode("ascii") for alg in _aes_gcm_first(default)]
+
+
+def _unresolved(host: str, alias: str, ssh_config: Path | None,
+                exc: socket.gaierror) -> LinkError:
+    """A name that does not resolve, said with the alias and the ssh config that was read:
+    a bare "[Errno -2] Name or service not known" names neither."""
+    path = ssh_config or default_ssh_config_path()
+    if alias in ssh_config_aliases(path):
+        return LinkError(host, f"cannot connect to {alias!r}: a host name for it in {path} "
+                               f"(its HostName, or a ProxyJump hop's) does not resolve "
+                               f"({exc.strerror})",
+                         fix=f"correct HostName under 'Host {alias}' in {path} "
+                             f"(ssh -G {alias} shows what ssh makes of it)")
+    read = f"it is not a Host in {path}" if path.is_file() else \
+        f"it has no Host block: the ssh config {path} does not exist"
+    return LinkError(host, f"cannot connect to {alias!r}: {read}, and as a host name it "
+                           f"does not resolve ({exc.strerror})",
+                     fix=f"add 'Host {alias}' with its HostName, User and Port to {path}, or "
+                         "set this host's ssh = in hosts.toml to a Host that file has")
 
 
 def _describe(exc: BaseException) -> str:
@@ -438,6 +491,9 @@ class HostLink:
         self.output_cap = output_cap
         self.archive: HelperArchive = helper_archive()
         self.uploads = 0  # how many times this link wrote the helper to the box
+        # Set when the helper on the box did not match its name's hash and was replaced;
+        # the next poll's snapshot carries it in errors[] (once), then it is cleared.
+        self.replaced_note: str | None = None
         self._transport: Transport | None = None
         self._serve: ServeChannel | None = None
         # One connect at a time; one request at a time on the serve channel. Helper
@@ -482,7 +538,14 @@ class HostLink:
 
     async def _check(self, transport: Transport) -> dict[str, Any]:
         argv = [transport.python, "-c", _CHECK_SNIPPET, self.archive.remote_path]
-        result = await transport.exec(argv, stdin=None, cap=1 << 16)
+        try:
+            result = await asyncio.wait_for(transport.exec(argv, stdin=None, cap=1 << 16),
+                                            self.request_timeout_s)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise LinkError(self.name, f"{transport.python} on the box did not answer within "
+                            f"{self.request_timeout_s:.0f} s (hashing the helper)",
+                            fix=f"run {transport.python} -c 1 on the box: a wrapper or a full "
+                                "disk may hang it") from None
         if result.rc == 127 or b"not found" in result.stderr:
             raise LinkError(self.name, f"the box has no {transport.python} on PATH",
                             fix="install Python 3.8 or newer on the box (apt-get install -y "
@@ -507,10 +570,26 @@ class HostLink:
         if version < MIN_BOX_PYTHON:
             raise LinkError(self.name, f"the box's python3 is {'.'.join(map(str, version))}",
                             fix="gpuroom's helper needs Python 3.8 or newer on the box")
-        if info.get("sha") == self.archive.sha256:
+        found = info.get("sha")
+        if found == self.archive.sha256:
             return  # the same content is already there: reuse, never overwrite
-        await transport.put_file(self.archive.remote_path, self.archive.data)
+        helper = f"~/{self.archive.remote_path}"
+        try:
+            await transport.put_file(self.archive.remote_path, self.archive.data)
+        except UploadError as exc:
+            raise LinkError(self.name, f"cannot put the helper {helper} on the box: {exc}",
+                            fix=f"on the box, {helper} must be a plain file you own, or "
+                                f"absent, in a folder you can write (ls -la ~/.gpuroom/bin; "
+                                f"rm -rf {helper}; df -h ~), then poll again (r)") from exc
         self.uploads += 1
+        if found is not None:
+            # A file under the helper's content-derived name with other content: something
+            # on the box wrote it. Said once, in the next snapshot's errors[].
+            what = found if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{64}", found) \
+                else "something else"
+            self.replaced_note = (f"gpuroom replaced {helper}: it hashed to {what}, not the "
+                                  f"{self.archive.sha256} its name says; something on the box "
+                                  "edited it (check what else runs as this user there)")
         after = await self._check(transport)
         if after.get("sha") != self.archive.sha256:
             raise LinkError(self.name, f"the helper on the box hashes to {after.get('sha')}, "
@@ -524,8 +603,19 @@ class HostLink:
         """One probe document, or LinkError; on any failure the transport is dropped."""
         request = request or {}
         async with self._serve_lock:
+            # Two deadlines, one per phase: connecting (and putting the helper there) has its
+            # own, and the request has request_timeout_s whether or not this poll connected,
+            # so a hung helper is reported as fast on a fresh connection as on an old one.
+            phase, deadline = "while connecting", self._connect_deadline()
             try:
-                return await asyncio.wait_for(self._poll(request), self._poll_deadline())
+                transport = await asyncio.wait_for(self._connect(), deadline)
+                phase, deadline = "from the helper", self.request_timeout_s
+                snapshot = await asyncio.wait_for(self._poll(transport, request), deadline)
+                note, self.replaced_note = self.replaced_note, None
+                if note is not None:
+                    snapshot["errors"] = [*snapshot.get("errors", []),
+                                          {"section": "helper", "error": note}]
+                return snapshot
             except LinkError:
                 await self._drop()
                 raise
@@ -534,20 +624,18 @@ class HostLink:
                 raise
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 await self._drop()
-                raise LinkError(self.name, f"no answer within {self._poll_deadline():.0f} s",
+                raise LinkError(self.name, f"no answer within {deadline:.0f} s {phase}",
                                 fix="the box or the link is overloaded or gone; "
                                     "gpuroom keeps retrying") from exc
             except (OSError, EOFError, OverflowError, ValueError, asyncssh.Error) as exc:
                 await self._drop()
                 raise LinkError(self.name, f"poll failed: {_describe(exc)}") from exc
 
-    def _poll_deadline(self) -> float:
-        # The first poll of a connection also connects and maybe uploads the helper.
-        extra = 0.0 if self._transport else CONNECT_TIMEOUT_S + LOGIN_TIMEOUT_S + 10.0
-        return self.request_timeout_s + extra
+    def _connect_deadline(self) -> float:
+        """Connect, log in, check and maybe upload the helper: a budget apart from requests."""
+        return CONNECT_TIMEOUT_S + LOGIN_TIMEOUT_S + 10.0
 
-    async def _poll(self, request: dict[str, Any]) -> dict[str, Any]:
-        transport = await self._connect()
+    async def _poll(self, transport: Transport, request: dict[str, Any]) -> dict[str, Any]:
         if self.mode == "serve":
             if self._serve is None:
                 self._serve = await transport.open_serve(self.helper_argv(transport, "serve"))
@@ -570,7 +658,7 @@ class HostLink:
                      timeout_s: float = 60.0, cap: int = OUTPUT_CAP_BYTES) -> ExecResult:
         """Run one helper subcommand on the box (queue add, kill, manifest ...)."""
         try:
-            transport = await asyncio.wait_for(self._connect(), self._poll_deadline())
+            transport = await asyncio.wait_for(self._connect(), self._connect_deadline())
             return await asyncio.wait_for(
                 transport.exec(self.helper_argv(transport, *args), stdin=stdin, cap=cap),
                 timeout_s)
@@ -693,7 +781,7 @@ class _SftpSource:
 
 
 async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
-    transport = await asyncio.wait_for(link._connect(), link._poll_deadline())
+    transport = await asyncio.wait_for(link._connect(), link._connect_deadline())
     if isinstance(transport, SshTransport):
         sftp = await transport._conn.start_sftp_client()
         # One SFTP request per read where the server takes PULL_BLOCK_BYTES in one (its

@@ -273,15 +273,25 @@ class _Meter:
     def __init__(self, total: int, cb: Callable[[Progress], None] | None) -> None:
         self.total = total
         self.done = 0
+        self.skipped = 0  # of done: bytes already here (a verified file, a .part's prefix)
         self.cb = cb
         self.started = time.monotonic()
+
+    def skip(self, path: str, n: int) -> None:
+        """``n`` bytes count as done without crossing the wire: they are not the rate."""
+        self.skipped += n
+        self.report(path, n)
+
+    def rewind(self, done: int, skipped: int) -> None:
+        """Back to an earlier (done, skipped): a discarded .part's bytes are to do again."""
+        self.done, self.skipped = done, skipped
 
     def report(self, path: str, done_in_file_delta: int) -> None:
         self.done += done_in_file_delta
         if self.cb is None:
             return
         elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = self.done / elapsed
+        rate = (self.done - self.skipped) / elapsed
         left = max(self.total - self.done, 0)
         self.cb(Progress(self.done, self.total, rate, left / rate if rate > 0 else None, path))
 
@@ -334,7 +344,8 @@ class _Rsync:
     ``--append`` (which implies ``--inplace``) writes straight into NAME.part, in order, from
     its current size: the same prefix contract as the SFTP path, so either can resume what
     the other left, and the same sha256 decides. ``--partial`` is not needed: in place, every
-    byte written stays. ``-s`` hands the remote path to rsync, not the box's shell.
+    byte written stays. The path is read from a NUL-separated --files-from list on stdin, so
+    neither the box's shell nor rsync's own wildcard expansion sees it.
     """
 
     def __init__(self, link: HostLink, *, every_file: bool = False) -> None:
@@ -395,11 +406,15 @@ class _Rsync:
         alias = self.link.host.ssh or ""
         argv = ["rsync", "--append", "-s", "--stats", f"--timeout={int(PULL_READ_TIMEOUT_S)}",
                 f"--rsync-path={RSYNC_REMOTE}", *RSYNC_OPTIONS, "-e", shlex.join(self._ssh()),
-                "--", f"{alias}:{remote}", str(part.resolve())]
+                *_RSYNC_ONE_NAME, "--", f"{alias}:{'/' if remote.startswith('/') else '.'}",
+                str(part.resolve())]
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True)
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        # The name travels as data, NUL-terminated: never globbed, split or read as an option.
+        proc.stdin.write(os.fsencode(remote) + b"\0")
+        proc.stdin.close()
         streams = asyncio.ensure_future(asyncio.gather(
             _read_tail(proc.stdout, RSYNC_STDERR_CAP), _read_tail(proc.stderr, RSYNC_STDERR_CAP)))
         try:
@@ -427,6 +442,11 @@ class _Rsync:
         return int(re.sub(r"\D", "", m.group(1))) if m else appended
 
 
+# The file to fetch goes in a NUL-separated --files-from list, not as an argument: with -s the
+# box's rsync expands wildcards in its arguments itself, so "*.bin" was every .bin file and
+# the pull stopped at "destination must be a directory". --no-relative keeps one file, so the
+# destination is the .part itself.
+_RSYNC_ONE_NAME = ("--files-from=-", "--from0", "--no-relative", "--no-dirs")
 _RSYNC_RECEIVED = re.compile(r"Total bytes received: ([\d,.']+)")
 
 
@@ -535,7 +555,7 @@ async def _fetch(fetch: FetchFn, remote: str, part: Path, *, size: int, meter: _
         cut_to(f, offset)
     hasher = _TailHasher(part)
     hasher.advance(offset)
-    meter.report(fr.path, offset)
+    meter.skip(fr.path, offset)
     last = 0
 
     def progress(written: int) -> None:
@@ -613,10 +633,11 @@ async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
     if target.exists() and (want := await box_sha()) is not None and \
             await asyncio.to_thread(sha256_file, target) == want:
         fr.status, fr.verified_by, fr.detail = "verified", "hash", "already here"
-        meter.report(rel, size)
+        meter.skip(rel, size)
         return fr
 
-    counted = meter.done
+    counted = (meter.done, meter.skipped)
+    kept = part.stat().st_size if part.exists() else 0  # a .part an earlier pull left
     try:
         got = await paths.fetch(remote, part, size=size, meter=meter, fr=fr)
     except RemoteFileError:
@@ -625,11 +646,12 @@ async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
         return fr
+    listed = (size, fr.sha256)  # what the box said the file was (no digest: it changed)
     # Mismatch: the .part may mix two versions of a file rewritten on the box. Ask the box
     # again what the file is now (a LinkError here keeps the .part), and fetch it whole once.
     again = await box_file_entry(link, remote_dir, rel, size)
     part.unlink(missing_ok=True)
-    meter.report(rel, counted - meter.done)
+    meter.rewind(*counted)
     if again is None:
         fr.status, fr.detail = "failed", "gone on the box since it was listed: nothing kept"
         return fr
@@ -645,13 +667,26 @@ async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
     if got == sha:
         os.replace(part, target)
         fr.status, fr.verified_by = "verified", "hash"
-        fr.detail = "re-fetched: the file changed on the box during the pull"
+        fr.detail = _refetch_reason(listed == (size, sha), kept if 0 < kept <= listed[0] else 0)
         return fr
     part.unlink(missing_ok=True)
     fr.status = "failed"
     fr.detail = ("sha256 mismatch twice: the bytes received are not the bytes the box's "
                  "manifest lists; kept nothing. Check the box's disk, then pull again")
     return fr
+
+
+def _refetch_reason(unchanged: bool, kept: int) -> str:
+    """Why a file was fetched a second time, as it really happened."""
+    if not unchanged:
+        return "re-fetched: the file changed on the box during the pull"
+    if kept:
+        return (f"re-fetched whole: the {kept}-byte .part kept here from an earlier pull did "
+                "not match the box's sha256 (the file is unchanged on the box), so it was "
+                "discarded")
+    return ("re-fetched whole: the bytes received did not match the box's sha256 though the "
+            "file is unchanged on the box (damaged on the way or on this disk); the first "
+            "copy was discarded")
 
 
 async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,

@@ -194,3 +194,60 @@ def test_hosts_add_warns_of_an_alias_the_ssh_config_lacks(
     err = capsys.readouterr().err
     assert "'bxo' is not a Host in" in err and str(tmp_path / "ssh_config") in err
     assert sorted(cfg.load(path).hosts) == ["box", "bxo"]
+
+
+HAND_EDITED = '''# My fleet. Prices from the provider's page, 2026-11.
+[settings]
+poll_interval_s = 5    # the default, written out on purpose
+
+# --- rented ---
+[hosts.h100]
+ssh = "h100"            # RunPod pod 7x1
+profile = "runpod"
+price_per_hour = 2.49   # community cloud
+
+[hosts.broken]
+ssh = "broken"
+price_per_hour = "cheap"  # wrong on purpose: gpuroom must not "fix" it away
+'''
+
+
+@pytest.mark.attack("bad configuration", "hosts add, import and remove on a hand-edited "
+                                         "hosts.toml with comments")
+def test_hosts_verbs_keep_every_comment_and_a_backup(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: hosts add and import dropped every comment and reformatted the file.
+    path = _ssh_config(tmp_path, "Host box\n  HostName 127.0.0.1\nHost alpha\n  User a\n")
+    ssh_line = path.read_text()
+    path.write_text(ssh_line + HAND_EDITED.replace("[settings]\n", ""))
+    path.chmod(0o600)
+    before = path.read_text()
+    assert main(["--config", str(path), "hosts", "add", "box", "--profile", "vastai"]) == 0
+    after_add = path.read_text()
+    assert after_add.startswith(before)  # every byte the user wrote, then the new table
+    assert after_add[len(before):].strip() == '[hosts.box]\nssh = "box"\nprofile = "vastai"'
+    backup = path.with_name("hosts.toml.bak")
+    assert backup.read_text() == before
+    assert stat.S_IMODE(backup.stat().st_mode) == stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "hosts.toml.bak" in capsys.readouterr().out
+
+    assert main(["--config", str(path), "hosts", "import"]) == 0
+    assert path.read_text() == after_add + '\n[hosts.alpha]\nssh = "alpha"\n'
+    assert backup.read_text() == after_add
+    assert main(["--config", str(path), "hosts", "remove", "alpha"]) == 0
+    assert path.read_text().rstrip("\n") == after_add.rstrip("\n")  # its blank line may stay
+    loaded = cfg.load(path)
+    assert sorted(loaded.hosts) == ["box", "broken", "h100"]
+    assert "price_per_hour" in (loaded.hosts["broken"].error or "")
+
+
+@pytest.mark.attack("bad configuration", "hosts import with no ssh config")
+def test_hosts_import_without_an_ssh_config_is_an_error_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 18: it said "imported 0 host(s)" and exited 0.
+    path = tmp_path / "hosts.toml"
+    missing = tmp_path / "no_ssh_config"
+    assert main(["--config", str(path), "hosts", "import", "--ssh-config", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing} does not exist" in err and "Fix:" in err and "--ssh-config" in err
+    assert not path.exists()
