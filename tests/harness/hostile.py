@@ -61,7 +61,7 @@ def queue_jobs(config: Path, host: str = "box") -> dict[str, dict[str, Any]]:
 
 def add_job(config: Path, *argv: str, host: str = "box") -> str:
     """`queue add HOST [options] -- CMD`: the new job's id."""
-    return str(gpuroom_json(config, "queue", "add", host, *argv)["job"])
+    return str(gpuroom_json(config, "queue", "add", "--json", host, *argv)["job"])
 
 
 def wait_for(pred: Callable[[], Any], what: str, timeout_s: float = WAIT_S,

@@ -98,9 +98,9 @@ def test_job_options_arrive_literally(box: Any, tmp_path: Path) -> None:
     seen.unlink(missing_ok=True)
     script = ("import json, os, sys; json.dump({'cwd': os.getcwd(), 'env': os.environ['X'], "
               "'argv': sys.argv[1:]}, open(sys.argv[1], 'w'))")
-    add = gpuroom(config, "queue", "add", "box", "--name", "\n".join(bad), "--cwd", str(cwd),
-                  "--env", f"X={''.join(bad)}", "--", "python3", "-c", script, str(seen), *bad,
-                  "-rf", "--")
+    add = gpuroom(config, "queue", "add", "--json", "box", "--name", "\n".join(bad),
+                  "--cwd", str(cwd), "--env", f"X={''.join(bad)}", "--", "python3", "-c", script,
+                  str(seen), *bad, "-rf", "--")
     assert add.returncode == 0, add.stderr
     job = json.loads(add.stdout.strip().splitlines()[-1])["job"]
     deadline = time.monotonic() + WAIT_S

@@ -96,7 +96,7 @@ def test_no_secret_on_any_command_line_while_polling_and_pulling(
     with ProcWatch(box.identity.user.uid) as watch:
         gpuroom(config, env, "status")
         gpuroom(config, env, "probe", "box")
-        added = gpuroom(config, env, "queue", "add", "box", "--", "sh", "-c", job_cmd)
+        added = gpuroom(config, env, "queue", "add", "--json", "box", "--", "sh", "-c", job_cmd)
         job = json.loads(added.strip().splitlines()[-1])["job"]
         deadline = time.monotonic() + WAIT_S
         while '"succeeded"' not in gpuroom(config, env, "queue", "ls", "box", "--json"):

@@ -238,7 +238,7 @@ def test_the_room_writes_no_escape_from_the_box(hostile_box: Any, tmp_path: Path
         rc, shown = in_a_terminal([GPUROOM, "--config", str(config)], terminal_env(tmp_path),
                                   keys=[(10.0, b"q")])
     finally:
-        gpuroom_json(config, "queue", "kill", "box", job)
+        gpuroom_json(config, "queue", "kill", "--json", "box", job)
     assert rc == 0, shown[-2000:]
     for marker in BOX_MARKERS:
         assert marker not in shown, marker
@@ -297,7 +297,7 @@ def test_a_replayed_recording_of_the_box_is_inert(hostile_box: Any, tmp_path: Pa
         done = gpuroom(config, "record", str(recording), "--polls", "2", "--interval", "0.5")
         assert done.returncode == 0, done.stderr
     finally:
-        gpuroom_json(config, "queue", "kill", "box", job)
+        gpuroom_json(config, "queue", "kill", "--json", "box", job)
     rc, shown = in_a_terminal([GPUROOM, "replay", str(recording), "--speed", "10"],
                               terminal_env(tmp_path), keys=[(6.0, b"q")])
     assert rc == 0, shown[-2000:]
