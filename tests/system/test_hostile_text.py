@@ -201,7 +201,8 @@ def hostile_job(box: Any, *, until: tuple[str, ...] = ("succeeded", "failed"),
 @pytest.mark.attack("hostile text", "OSC 52, OSC 2, CSI 2J, SGR, DCS, C1, bidi, invalid UTF-8, "
                     "NUL, markup and a 5 MB line in a job's name, argv and log, a mount's name "
                     "and the hostname, through status, status --json, doctor, probe, queue ls "
-                    "(--json), queue logs, gate and hosts list on a real terminal")
+                    "(--json), queue logs, gate, hosts list and the answers of queue add, kill "
+                    "and relaunch on a real terminal")
 def test_box_text_reaches_a_terminal_inert_through_every_verb(
         hostile_box: Any, tmp_path: Path) -> None:
     config = hostile_box.hostile_config
@@ -210,7 +211,10 @@ def test_box_text_reaches_a_terminal_inert_through_every_verb(
     said: dict[str, str] = {}
     for verb in (["status"], ["status", "--json"], ["doctor"], ["probe", "box"],
                  ["queue", "ls", "box"], ["queue", "ls", "box", "--json"],
-                 ["queue", "logs", "box", job], ["gate", "box"], ["hosts", "list"]):
+                 ["queue", "logs", "box", job], ["gate", "box"], ["hosts", "list"],
+                 # The one-line answers of the acting verbs quote the box's words and names.
+                 ["queue", "add", "box", "--name", PAYLOAD, "--", "true"],
+                 ["queue", "kill", "box", job], ["queue", "relaunch", "box", "--", PAYLOAD]):
         rc, shown = in_a_terminal([GPUROOM, "--config", str(config), *verb], env)
         assert_inert(" ".join(verb), rc, shown)
         said[" ".join(verb)] = shown
