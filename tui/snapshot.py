@@ -44,7 +44,10 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        n = float(value)
+        try:
+            n = float(value)
+        except OverflowError:  # json reads an integer of any length; a float has 1e308
+            return None
     elif isinstance(value, str):
         try:
             n = float(value.strip())

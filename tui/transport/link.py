@@ -115,6 +115,15 @@ class _Writer(Protocol):
     async def drain(self) -> None: ...
 
 
+def load_answer(data: bytes | str) -> Any:
+    """JSON the box wrote, parsed, or ValueError: a document nested thousands deep makes the
+    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("the answer is nested too deep to be the helper's JSON") from None
+
+
 async def _read_all(reader: _Reader, cap: int) -> bytes:
     buf = bytearray()
     while True:
@@ -139,7 +148,7 @@ class ServeChannel:
         self._writer.write(json.dumps(payload, separators=(",", ":")).encode() + b"\n")
         await self._writer.drain()
         line = await self._read_line(cap)
-        answer = json.loads(line)
+        answer = load_answer(line)
         if not isinstance(answer, dict):
             raise ValueError("serve answered something other than a JSON object")
         return answer
@@ -605,7 +614,7 @@ class HostLink:
             raise LinkError(self.name, f"{transport.python} failed on the box "
                             f"({result.failure()})")
         try:
-            info = json.loads(result.stdout)
+            info = load_answer(result.stdout)
         except ValueError as exc:
             raise LinkError(self.name, "the box's python3 printed something unexpected "
                             "(a login banner or shell rc writing to stdout?)",
@@ -701,7 +710,7 @@ class HostLink:
                 stdin=None, cap=self.output_cap)
             if result.rc != 0:
                 raise LinkError(self.name, f"probe failed ({result.failure()})")
-            snapshot = json.loads(result.stdout)
+            snapshot = load_answer(result.stdout)
         return check_document(self.name, snapshot)
 
     async def helper(self, *args: str, stdin: bytes | None = None,

@@ -183,6 +183,9 @@ def assert_inert(text: str) -> None:
     assert "evil" in text and "line" in text, repr(text)
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "escape sequences and markup in every string field of a snapshot: inert in every pane's rows")
 def test_every_string_the_box_wrote_is_inert_in_the_rows() -> None:
     snap = {
         "gpus": [{"index": 0, "name": f"H100 {EVIL}", "throttle_reasons": [f"hw_{EVIL}"]}],
@@ -267,6 +270,7 @@ def test_relaunch_confirmed_by_a_higher_attempt() -> None:
 # ------------------------------------------------------------------ log bytes
 
 
+@pytest.mark.attack("bad answers", "a log chunk that is not base64: rejected, not shown")
 def test_log_chunk_reads_base64_and_rejects_garbage() -> None:
     h = scenario_host("healthy", "h100-a")
     chunk = log_chunk(view(h.snapshot), "j3")
