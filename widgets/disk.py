@@ -72,7 +72,7 @@ class DiskPanel(Widget):
         for d in self.disks:
             if d.error:
                 continue
-            cells: list[Text | str] = [d.path]
+            cells: list[Text | str] = [Text(d.path)]  # box text: never markup
             if wide:
                 cells += [fmt_bytes(d.size_bytes), fmt_bytes(d.avail_bytes)]
             cells += [

@@ -225,7 +225,13 @@ def test_add_kill_relaunch_in_tmux(start_room: Any, room_config: Path) -> None:
     assert WIDE_COLOUR_RE.search(pane.capture(escapes=True))
 
     _fill_add_form(pane)
-    [job] = _jobs(room_config)
+    # The form closes when the add is sent; the box records it once a runner is live, so the
+    # queue is read until it holds the job (bounded), not once.
+    deadline = time.monotonic() + STEP_S
+    while not (jobs := _jobs(room_config)):
+        assert time.monotonic() < deadline, "the added job never reached the box's queue"
+        time.sleep(0.2)
+    [job] = jobs
     job_id = job["id"]
     # What the form sent is what the box queued: argv split once, never through a shell.
     assert job["name"] == JOB_NAME, job

@@ -85,6 +85,7 @@ def test_relaunch_of_a_running_job_is_refused(box: Box) -> None:
     box.run("kill", job, "--grace", "1")
 
 
+@pytest.mark.attack("faults", "runner kill9 mid job leaves an exact record")
 @pytest.mark.parametrize("finish_while_dead", [False, True])
 def test_runner_kill9_mid_job_leaves_an_exact_record(box: Box, finish_while_dead: bool) -> None:
     job = box.add("sh", "-c", "echo ran >> runs.txt; sleep 1.5; echo done")
@@ -103,6 +104,7 @@ def test_runner_kill9_mid_job_leaves_an_exact_record(box: Box, finish_while_dead
     assert log.count(b"=== gpuroom") == 1 and log.endswith(b"done\n")
 
 
+@pytest.mark.attack("faults", "runner death inside a launch runs the job exactly once")
 @pytest.mark.parametrize("point", ["after_launching", "after_spawn"])
 def test_runner_death_inside_a_launch_runs_the_job_exactly_once(box: Box, point: str) -> None:
     crash_env = dict(box.env, GPUROOM_QUEUE_CRASH_AT=point)
@@ -123,6 +125,7 @@ def test_runner_death_inside_a_launch_runs_the_job_exactly_once(box: Box, point:
         assert box.events(job)[2]["recovered"] is True
 
 
+@pytest.mark.attack("faults", "simulated reboot requeues orphaned jobs")
 def test_simulated_reboot_requeues_orphaned_jobs(box: Box) -> None:
     env_a = dict(box.env, GPUROOM_BOOT_ID="boot-A")
     job = box.add("sh", "-c", "if [ -e again ]; then echo second; exit 0; fi; touch again; "
@@ -161,6 +164,7 @@ def test_dead_wrapper_under_the_same_boot_is_vanished_and_not_retried_without_re
     assert "without an exit status" in final["reason"]
 
 
+@pytest.mark.attack("faults", "torn last line still loads")
 def test_torn_last_line_still_loads(box: Box) -> None:
     job = box.add("true")
     box.wait_state(job, ("succeeded",))
@@ -178,6 +182,7 @@ def test_torn_last_line_still_loads(box: Box) -> None:
     assert len(doc["warnings"]) == 1 and "unreadable" in doc["warnings"][0]
 
 
+@pytest.mark.attack("faults", "two runners at once one wins")
 def test_two_runners_at_once_one_wins(box: Box) -> None:
     box.add("true", opts=("--no-start",))
     args = [*CLI, "runner", "--idle-exit", "1"]
@@ -259,6 +264,7 @@ def test_checked_sync_records_synced_only_after_verifying(box: Box, tmp_path: Pa
     assert final["attempts"][0]["exit_code"] == 0
 
 
+@pytest.mark.attack("faults", "sync failure is recorded not hidden")
 def test_sync_failure_is_recorded_not_hidden(box: Box, tmp_path: Path) -> None:
     blocked = tmp_path / "durable-is-a-file"
     blocked.write_text("not a directory")  # mkdir under it fails, like an inode-full disk
@@ -305,6 +311,7 @@ def test_start_falls_back_to_setsid_without_tmux(box: Box, tmp_path: Path) -> No
     box.run("kill", job, "--grace", "1")
 
 
+@pytest.mark.attack("faults", "kill with a dead runner starts one that adopts and kills")
 def test_kill_with_a_dead_runner_starts_one_that_adopts_and_kills(box: Box) -> None:
     job = box.add("sleep", "30")
     pid = box.wait_state(job, ("running",))["attempts"][0]["pid"]

@@ -46,6 +46,7 @@ def wait_all_done(capsys: pytest.CaptureFixture[str], config: Path, n: int) -> d
         time.sleep(0.5)
 
 
+@pytest.mark.attack("faults", "three jobs finish after the jump host leaves")
 def test_three_jobs_finish_after_the_jump_host_leaves(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     jobs = [["sh", "-c", "echo one; sleep 1"], ["sh", "-c", "echo two >&2; exit 3"],
@@ -75,6 +76,7 @@ def test_three_jobs_finish_after_the_jump_host_leaves(
     assert rc == 0 and "two" in capsys.readouterr().out
 
 
+@pytest.mark.attack("injection", "argv arrives byte identical over ssh")
 def test_argv_arrives_byte_identical_over_ssh(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = sshd_box.home / "argv.json"
@@ -116,6 +118,7 @@ def test_kill_and_relaunch_from_jump_host(
     assert all(a["end_reason"] == "killed" for a in j["attempts"]), j["attempts"]
 
 
+@pytest.mark.attack("hostile text", "box stderr reaches the cli inert")
 def test_box_stderr_reaches_the_cli_inert(
         sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A box whose queue helper fails, writing escape sequences and markup to stderr: the

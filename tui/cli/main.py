@@ -123,11 +123,13 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         if not config.hosts:
             print(f"no hosts in {config.path}; gpuroom shows the local machine")
         for h in config.hosts.values():
+            # Names, aliases and errors are whatever the file holds: each field inert, the
+            # tabs between them ours.
             where = "local" if h.local else f"ssh {h.ssh}"
-            line = f"{h.name}\t{where}\tprofile={h.profile}"
+            fields = [h.name, where, f"profile={h.profile}"]
             if h.error:
-                line += f"\tERROR: {h.error}"
-            print(line)
+                fields.append(f"ERROR: {h.error}")
+            print("\t".join(sanitize_line(f) for f in fields))
         return EXIT_OK
     if args.hosts_cmd == "add":
         alias = args.ssh or args.name

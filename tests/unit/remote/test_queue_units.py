@@ -181,6 +181,7 @@ def test_queue_add_options_after_host_are_options(cli: list[str], name: str | No
     assert (args.name, args.retries) == (name, retries)
 
 
+@pytest.mark.attack("faults", "a wrongly typed event is skipped with a warning not raised")
 def test_a_wrongly_typed_event_is_skipped_with_a_warning_not_raised(tmp_path: Path) -> None:
     # Issue 18 item 2: {"ev": "added", ..., "retries": "x"} made the fold raise, so queue ls
     # exited 1 and the runner died; a job on the box can write this file.
@@ -264,6 +265,7 @@ def test_job_ids_go_on_after_a_queue_numbered_by_seq(tmp_path: Path) -> None:
     assert sorted(state["jobs"]) == ["j1", "j5", "j6"]
 
 
+@pytest.mark.attack("faults", "a forged added event reusing an id is skipped")
 def test_a_forged_added_event_reusing_an_id_is_skipped(tmp_path: Path) -> None:
     events = _events(tmp_path, ("added", {"argv": ["a"], "job": "j1"}),
                      ("added", {"argv": ["evil"], "job": "j1"}),

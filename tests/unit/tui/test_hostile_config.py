@@ -106,9 +106,6 @@ def test_control_characters_in_a_host_name_are_printed_inert(
 
 
 @pytest.mark.attack("bad configuration", "the same host name and alias printed by hosts list")
-@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: `hosts list` (tui/cli/main.py "
-                   "cmd_hosts) prints each name, alias and error from hosts.toml raw, escapes "
-                   "and all. Fix: sanitize_line each field, as tui/cli/tables.py does for tables")
 def test_hosts_list_prints_a_hostile_host_name_inert(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, said = run_one(evil_config(tmp_path), ["hosts", "list"], capsys)

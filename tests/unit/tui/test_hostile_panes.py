@@ -26,8 +26,6 @@ def drawn(rows: tuple[DiskRow, ...]) -> str:
 
 @pytest.mark.attack("hostile text", "Rich markup ([red]…[/red], [@click=…], a lone [/]) in a "
                     "mount path the box reports: shown as text in the disk pane")
-@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: widgets/disk.py passes the "
-                   "mount path to Rich as a str, which Rich reads as markup; wrap it in Text()")
 @pytest.mark.parametrize("path", ["[red]r[/red]", "[@click=app.quit]q", "x[/]"])
 @pytest.mark.parametrize("error", [None, "gone"])
 def test_a_mount_path_is_shown_as_text_not_markup(path: str, error: str | None) -> None:
