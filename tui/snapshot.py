@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 import math
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -776,3 +777,12 @@ __all__ = [
     "snapshot_problems",
     "text", "with_jobs",
 ]
+
+
+def load_answer(data: bytes | str) -> Any:
+    """JSON the box wrote, parsed, or ValueError: a document nested thousands deep makes the
+    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("the answer is nested too deep to be the helper's JSON") from None

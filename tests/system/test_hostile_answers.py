@@ -240,10 +240,6 @@ exec python3 "$@"
 
 @pytest.mark.attack("bad answers", "queue ls, gate and pull each given a subcommand answer nested "
                     "200,000 deep: a host error, not an internal error")
-@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: tui/cli/queue.py, "
-                   "tui/fleet/outputs.py and tui/transport/pull.py parse the helper's answer "
-                   "with json.loads and catch ValueError only; RecursionError escapes as an "
-                   "internal error (exit 70). Fix: parse with tui/transport/link.py load_answer")
 @pytest.mark.parametrize("verb", [["queue", "ls", "box"], ["gate", "box"], ["pull", "box"]])
 def test_a_deeply_nested_subcommand_answer_is_a_host_error(
         sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: list[str]

@@ -21,7 +21,7 @@ from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
@@ -93,7 +93,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     try:
-        doc = json.loads(result.stdout)
+        doc = load_answer(result.stdout)
     except ValueError:
         raise LinkError(host, f"queue {what} failed ({result.failure()})") from None
     if not isinstance(doc, dict):

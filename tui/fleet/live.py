@@ -25,7 +25,7 @@ from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.snapshot import read_log_doc
+from gpuroom.tui.snapshot import load_answer, read_log_doc
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class Recorder:
 def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
     """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert."""
     try:
-        doc = json.loads(stdout)
+        doc = load_answer(stdout)
     except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("ok") is not False or not doc.get("error"):
@@ -176,7 +176,7 @@ class Fleet(PendingLedger):
                                      "--end", str(end), "--max-bytes", str(LOG_OLDER_BYTES),
                                      "--json")
         try:
-            return read_log_doc(json.loads(out))
+            return read_log_doc(load_answer(out))
         except ValueError:
             raise LinkError(host, "queue logs answered something that is not JSON") from None
 
@@ -293,7 +293,13 @@ class Fleet(PendingLedger):
         if cwd:
             args += ["--cwd", cwd]
         out = await self._queue_call(host, *args, "--", *argv)
-        return str(json.loads(out).get("job"))
+        try:
+            doc = load_answer(out)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise LinkError(host, "queue add answered something that is not its JSON")
+        return str(doc.get("job"))
 
     async def queue_kill(self, host: str, job_id: str) -> None:
         await self._queue_call(host, "kill", job_id, timeout_s=120.0)

@@ -35,7 +35,7 @@ from gpuroom.tui.config import (
 )
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
-from gpuroom.tui.snapshot import snapshot_problems
+from gpuroom.tui.snapshot import load_answer, snapshot_problems
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
 CONNECT_TIMEOUT_S = 10.0
@@ -113,15 +113,6 @@ class _Writer(Protocol):
     def write(self, data: bytes) -> None: ...
 
     async def drain(self) -> None: ...
-
-
-def load_answer(data: bytes | str) -> Any:
-    """JSON the box wrote, parsed, or ValueError: a document nested thousands deep makes the
-    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom."""
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise ValueError("the answer is nested too deep to be the helper's JSON") from None
 
 
 async def _read_all(reader: _Reader, cap: int) -> bytes:
