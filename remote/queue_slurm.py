@@ -60,7 +60,9 @@ DEFAULT_MAX_REQUEUES = 20  # a job that never finishes must not requeue forever
 CMD_TIMEOUT_S = 20.0
 KILL_WAIT_S = 60.0  # scancel -> gone from squeue: KillWait (default 30 s) and some slack
 RUN_RECORDS_MAX = 200
-SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%L"
+# %S: the start time; for a pending job the scheduler's expected start, what `squeue --start`
+# shows (N/A until the backfill scheduler has one). %D: the job's node count.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%L|%S|%D"
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,Timelimit,End"
 
 # Slurm job states -> the queue's states.
@@ -128,6 +130,7 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
                         "slurm_state": None, "node": None, "elapsed_s": None,
                         "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
                         "time_left_s": None, "end_time": None, "restarts": 0,
+                        "expected_start": None, "nodes": None,
                         "signal_lead_s": ev.get("signal_lead_s"), "time": ev.get("time"),
                         "cpus_per_task": ev.get("cpus_per_task"), "script": ev.get("script"),
                         "ckpt_dir": ev.get("ckpt_dir"), "exit_code": None})
@@ -174,7 +177,7 @@ def _attempt_of(job: Dict[str, Any], slurm_id: Any) -> Optional[Dict[str, Any]]:
 def _apply_final(job: Dict[str, Any], state: Any, exit_code: Any, reason: Any) -> None:
     state = str(state or "")
     job["slurm_state"], job["exit_code"] = state, exit_code
-    job["time_left_s"], job["end_time"] = None, None
+    job["time_left_s"], job["end_time"], job["expected_start"] = None, None, None
     if state == "CANCELLED":
         job["state"] = "killed"
     elif state == "COMPLETED" and not exit_code:
@@ -385,6 +388,8 @@ def _apply_live(job: Dict[str, Any], attempt: Optional[Dict[str, Any]], row: Dic
     reason = row.get("r")
     job["reason"] = None if reason in (None, "None") else reason
     job["node"] = row.get("N")
+    nodes = row.get("D") or ""
+    job["nodes"] = int(nodes) if nodes.isdigit() else None
     job["elapsed_s"] = parse_slurm_duration(row.get("M") or "")
     limit = parse_slurm_duration(row.get("l") or "")
     job["time_limit_s"] = limit if limit is not None else job["time_limit_s"]
@@ -398,6 +403,17 @@ def _apply_live(job: Dict[str, Any], attempt: Optional[Dict[str, Any]], row: Dic
     else:
         job["state"] = "queued"
         job["time_left_s"], job["end_time"] = None, None
+    job["expected_start"] = (_squeue_time(row.get("S") or "")
+                             if job["state"] == "queued" else None)
+
+
+def _squeue_time(text: str) -> Optional[float]:
+    """squeue's "2026-11-24T12:30:00" (the login node's local time) -> epoch; None for N/A,
+    Unknown or anything else."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 # ---------------------------------------------------------------- the batch script

@@ -538,6 +538,9 @@ class Job(View):
     end_time: float | None = key(number, origin="slurm")
     restarts: int | None = key(integer, origin="slurm")
     signal_lead_s: float | None = key(number, origin="slurm")
+    # squeue's %S for a pending job: when the scheduler expects it to start (issue 23)
+    expected_start: float | None = key(number, origin="slurm")
+    nodes: int | None = key(integer, origin="slurm")  # squeue's %D: nodes allocated or asked
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
 
     @property

@@ -21,6 +21,7 @@ from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number
+from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
@@ -402,6 +403,22 @@ def _slurm_ckpt_stale(host: str, key: str, job: Job, t: float) -> Finding | None
         f"{lead:.0f} s before the wall; {newest}")
 
 
+def _slurm_waits(host: str, key: str, job: Job, t: float) -> Finding | None:
+    """SLURM6: a pending job's reason code in words, what to do, and Slurm's expected start.
+    Info while it waits its turn; warn when the reason never clears on its own."""
+    if job.state != "queued" or not job.slurm_id:
+        return None
+    why = wait_reason(job.reason)
+    if why is None:
+        return None
+    seen = [f"Slurm job {job.slurm_id} PENDING ({why.code}): {why.meaning}"]
+    start = expected_start_text(job, t)
+    seen.append(start or "Slurm gives no expected start yet")
+    severity: Severity = "warn" if why.stuck else "info"
+    title = f"job {key} ({job.name or key}) waits: {why.code}"
+    return Finding("SLURM6", severity, host, title, "; ".join(seen), why.action)
+
+
 def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     """Steady Slurm findings: they hold as long as the job's record says so (Slurm's final
     state persists in the queue's events), not only on the poll that saw the change."""
@@ -412,7 +429,8 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     for key, job in _jobs(snap).items():
         if not job.is_slurm:
             continue
-        for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t)):
+        for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t),
+                  _slurm_waits(host, key, job, t)):
             if f is not None:
                 out.append(f)
     return out
