@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm
+from . import queue_slurm, slurm_telemetry
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -301,6 +301,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
             if job["state"] in ACTIVE_STATES:
                 job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+        slurm_telemetry.attach(root, qdir, view["jobs"], events=readers[name].events,
+                               request=request, session_state=session.state)
         out["queues"][name] = view
     return {"queue": out}
 

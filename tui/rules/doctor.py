@@ -685,7 +685,32 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
+    out += job_node_findings(host, prev, snap, profile)
     return sort_findings(out)
+
+
+def job_node_findings(host: str, prev: Snapshot | None, snap: Snapshot,
+                      profile: Profile | None) -> list[Finding]:
+    """The GPU, disk and memory rules on each node of each running Slurm job, as its
+    in-allocation probe saw it (issue 23): the login node's GPUs are not the job's."""
+    before = {(j.slurm_id, n.host.hostname): n for j, n in prev.job_nodes} \
+        if prev is not None else {}
+    out: list[Finding] = []
+    for job, node in snap.job_nodes:
+        where = f"{host}/{node.host.hostname or '?'}"
+        old = before.get((job.slurm_id, node.host.hostname))
+        now_snap = node.as_snapshot()
+        out += gpu_findings(where, old.as_snapshot() if old is not None else None, now_snap)
+        out += disk_findings(where, now_snap, profile)
+        oom, oom_before = node.cgroup.oom_kill, old.cgroup.oom_kill if old else None
+        if oom is not None and oom_before is not None and oom > oom_before:
+            out.append(_finding(
+                "SLURM4", "warn", where,
+                f"job {job.id} ({job.name or job.id}): OOM kill in its cgroup on the node",
+                f"Slurm job {job.slurm_id}: memory.events oom_kill {oom_before:.0f} -> "
+                f"{oom:.0f}; memory {fmt_bytes(node.cgroup.memory_current)} of "
+                f"{fmt_bytes(node.cgroup.memory_max)}"))
+    return out
 
 
 def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot | None],
@@ -712,6 +737,6 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 __all__ = [
     "FIX", "Finding", "Severity", "diagnose", "diagnose_fleet", "disk_findings",
-    "gpu_findings", "job_findings", "link_findings", "slurm_findings", "sort_findings",
-    "vanished_findings", "walltime_left", "worst",
+    "gpu_findings", "job_findings", "job_node_findings", "link_findings", "slurm_findings",
+    "sort_findings", "vanished_findings", "walltime_left", "worst",
 ]

@@ -1,0 +1,204 @@
+"""Slurm, deeper (issue 23), against the real single-node slurmctld/slurmd of tests/harness:
+a running job's own GPUs from a probe step inside its allocation (the nvidia-smi replay is in
+the helper's environment, which srun hands to the step), a pending job's reason in words
+with its expected start, and ``squeue -l`` as the cluster prints it.
+
+The node has 2 CPUs: ``sleeper`` takes one and runs; ``wide`` asks for both and waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from harness import slurm as slurm_harness
+from paths import FIXTURES, TESTS
+
+from gpuroom.remote.slurmparse import parse_squeue
+from gpuroom.tui import config as cfg
+from gpuroom.tui.cli.main import main
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.gpus import gpu_rows
+from gpuroom.tui.present.jobs import job_rows
+from gpuroom.tui.rules.doctor import diagnose
+
+pytestmark = pytest.mark.sshd
+
+# Two cards and a plain table listing their processes, as tests/system/test_snapshot_schema.py
+SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
+                "nvsmi_table/driver460-gtx1080-with-processes.txt")
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[slurm_harness.SlurmCluster]:
+    with slurm_harness.running_cluster() as c:
+        yield c
+
+
+def gpu_python(box: Any, fixtures: Path) -> Path:
+    """The box's python3 with the nvidia-smi replay in its environment (copied into the test
+    user's home): the helper, its probe watcher and the step inside the job all inherit it."""
+    user = pwd.getpwnam(box.user)
+    root = box.home / "gpuroom-slurm2-test"
+    shutil.rmtree(root, ignore_errors=True)
+    for rel in SMI_CAPTURES:
+        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
+    shutil.copy(TESTS / "fakes" / "nvidia-smi", root / "nvidia-smi")
+    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
+           "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
+           "GPUROOM_FIXTURES": str(root / "fixtures")}
+    wrapper = root / "python3"
+    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
+                       f"os.environ.update({env!r})\n"
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
+    wrapper.chmod(0o755)
+    for path in (root, *root.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    return wrapper
+
+
+@pytest.fixture(scope="module")
+def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    sshd_session.reset()
+    python = gpu_python(sshd_session, FIXTURES)
+    path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
+    path.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_session.ssh_config)},
+        "hosts": {"box": {"ssh": sshd_session.alias, "profile": "slurm",
+                          "python": str(python)}}}).encode())
+    assert main(["--config", str(path), "queue", "config", "box", "--slurm-conf",
+                 str(cluster.conf)]) == 0
+    yield path
+    cluster.cancel_all()
+    sshd_session.reset()
+
+
+def add(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> dict[str, Any]:
+    rc = main(["--config", str(config), "queue", "add", *argv])
+    out = capsys.readouterr().out.strip().splitlines()
+    doc: dict[str, Any] = json.loads(out[-1])
+    assert rc == 0 and doc["ok"], doc
+    return doc
+
+
+def poll_until(config: Path, ready: Any, timeout: float = WAIT_S) -> HostState:
+    """Poll the host through the fleet (the room's path) until ``ready(state)``."""
+    fleet = Fleet(cfg.load(config))
+
+    async def run() -> HostState:
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                state = await fleet.poll_host("box")
+                if state.state is LinkState.UP and ready(state):
+                    return state
+                assert time.monotonic() < deadline, state.snapshot
+                await asyncio.sleep(0.5)
+        finally:
+            await fleet.close()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def sleeper(slurm_host: Path) -> dict[str, Any]:
+    rc = main(["--config", str(slurm_host), "queue", "add", "--name", "sleeper", "--time",
+               "10", "box", "--", "sleep", "300"])
+    assert rc == 0
+    return {}
+
+
+def _running(state: HostState, name: str) -> Any:
+    view = state.view
+    return next((j for j in view.jobs if j.name == name and j.state == "running"), None) \
+        if view is not None else None
+
+
+def test_a_running_jobs_gpus_come_from_inside_its_allocation_to_the_room(
+        slurm_host: Path, sleeper: dict[str, Any], cluster: slurm_harness.SlurmCluster) -> None:
+    def has_gpus(state: HostState) -> bool:
+        job = _running(state, "sleeper")
+        return bool(job and job.telemetry and job.telemetry.nodes
+                    and job.telemetry.nodes[0].gpus)
+
+    state = poll_until(slurm_host, has_gpus)
+    assert state.view is not None
+    job = _running(state, "sleeper")
+    (node,) = job.telemetry.nodes
+    assert node.host.hostname == cluster.node and job.telemetry.error is None
+    # The replay's two RTX 3090s, as the step saw them, in the room's GPU pane after the
+    # login node's own (the replay answers the helper there too).
+    rows = gpu_rows(state.view)
+    assert [r.name for r in rows][-2:] == [f"{cluster.node} {job.id}: NVIDIA GeForce RTX 3090"] * 2
+    assert all(r.mem_total_mib for r in rows[-2:])
+    assert node.disks and node.cgroup is not None  # the slurm profile's mounts, on the node
+    # The doctor reads the node as a box: its findings are the node's, named with it.
+    found = diagnose(None, state.view, LinkState.UP, None, time.time(), host="box")
+    assert all(not f.host.startswith("box/") or f.host == f"box/{cluster.node}" for f in found)
+    # One probe step at a time: none of ours is left once the answer is in.
+    steps = cluster.run("squeue", "--steps", "--noheader", "--format=%i|%j").stdout
+    assert steps.count("gpuroom-probe") <= 1, steps
+
+
+def test_gpuroom_probe_carries_the_jobs_node(
+        slurm_host: Path, sleeper: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        assert main(["--config", str(slurm_host), "probe", "box", "--compact"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        jobs = doc["queue"]["queues"]["default"]["jobs"]
+        tele = next((j.get("telemetry") for j in jobs if j["name"] == "sleeper"), None)
+        if tele and tele["nodes"]:
+            break
+        assert time.monotonic() < deadline, tele
+        time.sleep(0.5)
+    assert tele["nodes"][0]["gpus"][0]["name"] == "NVIDIA GeForce RTX 3090"
+    assert tele["nodes"][0]["cgroup"] is not None and tele["refused"] is False
+
+
+def test_a_pending_job_says_why_it_waits_and_when_it_should_start(
+        slurm_host: Path, sleeper: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    doc = add(capsys, slurm_host, "--name", "wide", "--cpus-per-task", "2", "--time", "10",
+              "box", "--", "sleep", "30")
+
+    def waits_with_start(state: HostState) -> bool:
+        view = state.view
+        job = view.job(doc["job"]) if view is not None else None
+        return bool(job and job.state == "queued" and job.reason == "Resources"
+                    and job.expected_start)
+
+    state = poll_until(slurm_host, waits_with_start)
+    assert state.view is not None
+    job = state.view.job(doc["job"])
+    found = [f for f in diagnose(None, state.view, LinkState.UP, None, time.time(), host="box")
+             if f.id == "SLURM6"]
+    assert [f.title for f in found] == [f"job default/{doc['job']} (wide) waits: Resources"]
+    assert "the nodes, GPUs or memory it asked for are all in use" in found[0].seen
+    assert "expected to start" in found[0].seen and found[0].severity == "info"
+    # sleeper's 10-minute limit is what the backfill scheduler plans around.
+    assert job.expected_start is not None and job.expected_start > time.time()
+    row = next(r for r in job_rows(state, time.time()) if r.id == doc["job"])
+    assert "(Resources) starts " in row.slurm
+    main(["--config", str(slurm_host), "queue", "kill", "box", doc["job"]])
+
+
+def test_squeue_long_listing_of_the_cluster_parses(
+        slurm_host: Path, sleeper: dict[str, Any], cluster: slurm_harness.SlurmCluster) -> None:
+    out = cluster.run("squeue", "-l").stdout
+    assert out.splitlines()[0].split()[-1].isdigit()  # the date line, year last
+    rows = parse_squeue(out)
+    assert rows and all(r["JOBID"] and r["JOBID"].isdigit() for r in rows), out
+    assert {r["STATE"] for r in rows} <= {"RUNNING", "PENDING", "COMPLETING"}
