@@ -253,8 +253,14 @@ def watch(spec: Dict[str, Any]) -> Dict[str, Any]:
     leftovers = cancel_probe_steps(slurm_id)  # one step at a time, even after a crash
     started = time.time()
     argv = srun_argv(slurm_id, int(spec.get("nodes") or 1), list(spec.get("mounts") or []))
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    except OSError as exc:
+        doc = {"t": time.time(), "slurm_id": slurm_id, "nodes": [],
+               "error": f"srun could not start: {exc}"}
+        _write_json(str(spec["out"]), doc)
+        return doc
     error = None
     try:
         out_b, err_b = proc.communicate(timeout=timeout)

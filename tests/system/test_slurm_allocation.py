@@ -46,20 +46,19 @@ def cluster() -> Iterator[slurm_harness.SlurmCluster]:
         yield c
 
 
-def gpu_python(box: Any, fixtures: Path) -> Path:
+def gpu_python(box: Any, fixtures: Path, name: str = "python3", **extra: str) -> Path:
     """The box's python3 with the nvidia-smi replay in its environment (copied into the test
     user's home): the helper, its probe watcher and the step inside the job all inherit it."""
     user = pwd.getpwnam(box.user)
     root = box.home / "gpuroom-slurm2-test"
-    shutil.rmtree(root, ignore_errors=True)
     for rel in SMI_CAPTURES:
         (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
     shutil.copy(TESTS / "fakes" / "nvidia-smi", root / "nvidia-smi")
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
-           "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = root / "python3"
+           "GPUROOM_FIXTURES": str(root / "fixtures"), **extra}
+    wrapper = root / name
     wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
                        f"os.environ.update({env!r})\n"
                        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
@@ -73,12 +72,19 @@ def gpu_python(box: Any, fixtures: Path) -> Path:
 def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sshd_session.reset()
+    shutil.rmtree(sshd_session.home / "gpuroom-slurm2-test", ignore_errors=True)
     python = gpu_python(sshd_session, FIXTURES)
+    # The same box, with a probe step allowed 0.3 s: every step is cut off as if it hung.
+    tight = gpu_python(sshd_session, FIXTURES, "python3-tight",
+                       GPUROOM_SLURM_PROBE_TIMEOUT_S="0.3")
     path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
     path.write_bytes(tomli_w.dumps({
         "settings": {"ssh_config": str(sshd_session.ssh_config)},
         "hosts": {"box": {"ssh": sshd_session.alias, "profile": "slurm",
-                          "python": str(python)}}}).encode())
+                          "python": str(python)},
+                  "tight": {"ssh": sshd_session.alias, "profile": "slurm",
+                            "python": str(tight)}}}).encode())
+    path.chmod(0o600)
     assert main(["--config", str(path), "queue", "config", "box", "--slurm-conf",
                  str(cluster.conf)]) == 0
     yield path
@@ -94,7 +100,8 @@ def add(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> dict[st
     return doc
 
 
-def poll_until(config: Path, ready: Any, timeout: float = WAIT_S) -> HostState:
+def poll_until(config: Path, ready: Any, timeout: float = WAIT_S,
+               host: str = "box") -> HostState:
     """Poll the host through the fleet (the room's path) until ``ready(state)``."""
     fleet = Fleet(cfg.load(config))
 
@@ -102,7 +109,7 @@ def poll_until(config: Path, ready: Any, timeout: float = WAIT_S) -> HostState:
         try:
             deadline = time.monotonic() + timeout
             while True:
-                state = await fleet.poll_host("box")
+                state = await fleet.poll_host(host)
                 if state.state is LinkState.UP and ready(state):
                     return state
                 assert time.monotonic() < deadline, state.snapshot
@@ -202,3 +209,22 @@ def test_squeue_long_listing_of_the_cluster_parses(
     rows = parse_squeue(out)
     assert rows and all(r["JOBID"] and r["JOBID"].isdigit() for r in rows), out
     assert {r["STATE"] for r in rows} <= {"RUNNING", "PENDING", "COMPLETING"}
+
+
+def test_a_step_that_does_not_answer_in_time_is_cancelled_and_said(
+        slurm_host: Path, sleeper: dict[str, Any], cluster: slurm_harness.SlurmCluster) -> None:
+    # Last in the module: "tight" shares the box's queue, so its cut-off answers replace
+    # sleeper's last good one.
+    def cut_off(state: HostState) -> bool:
+        job = _running(state, "sleeper")
+        return bool(job and job.telemetry and job.telemetry.error
+                    and "did not answer in 0.3s: cancelled" in job.telemetry.error)
+
+    poll_until(slurm_host, cut_off, host="tight")
+    deadline = time.monotonic() + 15
+    while True:  # no probe step of ours outlives its watcher (KillWait bounds a slow end)
+        steps = cluster.run("squeue", "--steps", "--noheader", "--format=%i|%j").stdout
+        if "gpuroom-probe" not in steps:
+            break
+        assert time.monotonic() < deadline, steps
+        time.sleep(0.5)
