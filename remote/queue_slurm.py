@@ -84,6 +84,10 @@ STATE_REASONS = {
 }
 
 _TIME_RE = re.compile(r"^\d+([:-]\d+){0,3}$")
+# sbatch --array: indices, ranges with a step, a list of them, then %N (N tasks at a time).
+_ARRAY_RE = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
+# An array task's gpuroom id: task 3 of array job j5 is j5_3 (its log is logs/j5_3.log).
+_TASK_ID_RE = re.compile(r"^(j\d+)_(\d+)$")
 _SAFE_DIRECTIVE = re.compile(r"^[^\s'\"\\#]+$")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -131,6 +135,7 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
                         "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
                         "time_left_s": None, "end_time": None, "restarts": 0,
                         "expected_start": None, "nodes": None,
+                        "array": ev.get("array"), "tasks": [],
                         "signal_lead_s": ev.get("signal_lead_s"), "time": ev.get("time"),
                         "cpus_per_task": ev.get("cpus_per_task"), "script": ev.get("script"),
                         "ckpt_dir": ev.get("ckpt_dir"), "exit_code": None})
@@ -161,6 +166,8 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             _apply_final(job, ev.get("state"), ev.get("exit_code"), ev.get("reason"))
             job["node"] = ev.get("node") or job["node"]
             job["elapsed_s"] = ev.get("elapsed_s")
+            if ev.get("tasks") is not None:
+                job["tasks"] = ev["tasks"]
         elif kind == "slurm_removed":
             job["state"] = "removed"
     return jobs
@@ -222,7 +229,8 @@ def squeue_rows(ids: List[str], env: Dict[str, str]) -> Dict[str, Dict[str, Any]
     """Jobs still in Slurm's queue (pending, running, completing), by Slurm id."""
     if not ids:
         return {}
-    rc, out, err = _run(["squeue", "--noheader", "--jobs=" + ",".join(ids),
+    # --array: every array task on its own row ("123_4"), pending ones too.
+    rc, out, err = _run(["squeue", "--noheader", "--array", "--jobs=" + ",".join(ids),
                          "--format=" + SQUEUE_FORMAT], env)
     if rc != 0:
         if "Invalid job id" in err:
@@ -322,17 +330,23 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
                  if j["slurm_id"] and j["state"] in LIVE_STATES}
     live: Dict[str, Dict[str, Any]] = {}
     ended: Dict[str, Dict[str, Any]] = {}
+    arrays = {i for i, j in open_jobs.items() if j.get("array")}
     try:
         live = squeue_rows(sorted(open_jobs), env)
-        gone = [i for i in sorted(open_jobs) if i not in live]
+        gone = [i for i in sorted(open_jobs) if i not in live and i not in arrays]
         ended = final_states(gone, env)
+        for slurm_id in sorted(arrays):
+            ended.update(_array_refresh(open_jobs[slurm_id], live, env, now))
     except SlurmError as exc:
         warnings.append(str(exc))
     finals = []
     for slurm_id, job in open_jobs.items():
         row = live.get(slurm_id)
         attempt = job["attempts"][-1] if job["attempts"] else None
-        if row is not None:
+        if slurm_id in arrays:
+            if slurm_id in ended:
+                finals.append((job, attempt, ended[slurm_id]))
+        elif row is not None:
             _apply_live(job, attempt, row, now)
         elif slurm_id in ended:
             finals.append((job, attempt, ended[slurm_id]))
@@ -348,10 +362,11 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
                 code = doc.get("exit_code")
                 if runs and runs[-1].get("exit_code") is not None and doc["state"] != "CANCELLED":
                     code = runs[-1]["exit_code"]  # the job's own code, as the script saw it
+                extra = {"tasks": doc["tasks"]} if doc.get("tasks") is not None else {}
                 ev = writer.append("slurm_final", job=job["id"], slurm_id=job["slurm_id"],
                                    state=doc["state"], exit_code=code, signal=doc.get("signal"),
                                    elapsed_s=doc.get("elapsed_s"), node=doc.get("node"),
-                                   source=doc.get("source"), end=time.time())
+                                   source=doc.get("source"), end=time.time(), **extra)
                 events.append(ev)
         finally:
             writer.close()
@@ -416,6 +431,104 @@ def _squeue_time(text: str) -> Optional[float]:
         return None
 
 
+# ---------------------------------------------------------------- job arrays
+
+def _task(job: Dict[str, Any], task_slurm_id: str) -> Dict[str, Any]:
+    index = task_slurm_id.rpartition("_")[2]
+    task_id = f"{job['id']}_{index}"
+    return {"id": task_id, "task": index, "slurm_id": task_slurm_id, "state": "queued",
+            "slurm_state": None, "reason": None, "node": None, "nodes": None,
+            "elapsed_s": None, "exit_code": None, "expected_start": None,
+            "time_limit_s": job.get("time_limit_s"), "time_left_s": None, "end_time": None,
+            "log": os.path.join("logs", f"{task_id}.log")}
+
+
+def _array_tasks_scontrol(slurm_id: str, env: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+    """Every task the controller still remembers of array ``slurm_id`` (ended ones too),
+    by "123_4", as scontrol's fields."""
+    rc, out, _ = _run(["scontrol", "show", "job", "--oneliner", slurm_id], env)
+    if rc != 0:
+        return {}
+    tasks = {}
+    for line in out.splitlines():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        index = fields.get("ArrayTaskId", "")
+        if fields.get("ArrayJobId") == slurm_id and index.isdigit():
+            tasks[f"{slurm_id}_{index}"] = fields
+    return tasks
+
+
+def _array_refresh(job: Dict[str, Any], live: Dict[str, Dict[str, Any]], env: Dict[str, str],
+                   now: float) -> Dict[str, Dict[str, Any]]:
+    """Fill an array job's ``tasks`` (live ones from squeue, ended ones from scontrol) and its
+    state; when no task is left in the queue, its final verdict by the array's id."""
+    slurm_id = str(job["slurm_id"])
+    prefix = slurm_id + "_"
+    rows = {k: r for k, r in live.items() if k.startswith(prefix) and k[len(prefix):].isdigit()}
+    known = _array_tasks_scontrol(slurm_id, env)
+    tasks = []
+    for task_id in sorted(set(rows) | set(known), key=lambda t: int(t.rpartition("_")[2])):
+        task = _task(job, task_id)
+        if task_id in rows:
+            _apply_live(task, None, rows[task_id], now)
+        else:
+            fields = known[task_id]
+            state = fields.get("JobState", "")
+            code, sig = _exit_pair(fields.get("ExitCode"))
+            if state in FINAL_SLURM_STATES:
+                _apply_final(task, state, code, None)
+            else:
+                task["slurm_state"], task["state"] = state or None, "queued"
+            task["node"] = None if fields.get("NodeList") in (None, "(null)") \
+                else fields.get("NodeList")
+            task["elapsed_s"] = parse_slurm_duration(fields.get("RunTime", ""))
+            task["signal"] = sig
+        tasks.append(task)
+    job["tasks"] = tasks
+    states = [t["state"] for t in tasks]
+    if "running" in states:
+        job["state"], job["slurm_state"] = "running", "RUNNING"
+    elif "queued" in states or not tasks:
+        job["state"], job["slurm_state"] = "queued", "PENDING"
+    running = [t for t in tasks if t["state"] == "running"]
+    job["node"] = ",".join(sorted({str(t["node"]) for t in running if t["node"]})) or None
+    pending = [t for t in tasks if t["state"] == "queued"]
+    job["reason"] = pending[0]["reason"] if pending and not running else None
+    job["expected_start"] = min([t["expected_start"] for t in pending
+                                 if t["expected_start"] is not None] or [None]) \
+        if pending and not running else None
+    if not tasks or rows or len(states) != len([s for s in states if s not in LIVE_STATES]):
+        return {}
+    return {slurm_id: _array_final(tasks)}
+
+
+def _array_final(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One verdict for the whole array: COMPLETED when every task completed with exit 0,
+    CANCELLED when one was cancelled, else the first failed task's state and code."""
+    slurm_states = [t["slurm_state"] for t in tasks]
+    bad = [t for t in tasks if t["slurm_state"] != "COMPLETED" or t["exit_code"]]
+    if not bad:
+        state, code = "COMPLETED", 0
+    elif "CANCELLED" in slurm_states:
+        state, code = "CANCELLED", None
+    else:
+        state, code = bad[0]["slurm_state"] or "FAILED", bad[0]["exit_code"]
+    return {"state": state, "exit_code": code, "signal": None, "source": "scontrol",
+            "elapsed_s": max([t["elapsed_s"] or 0 for t in tasks] or [0]),
+            "node": None, "tasks": tasks}
+
+
+def task_of(root: str, queue: str, job_id: str) -> Optional[Tuple[Dict[str, Any], str]]:
+    """("j5_3") -> (array job j5's record, task "3"); None for anything else."""
+    m = _TASK_ID_RE.match(job_id)
+    if m is None:
+        return None
+    job = find_job(root, queue, m.group(1))
+    if job is None or not job.get("array"):
+        return None
+    return job, m.group(2)
+
+
 # ---------------------------------------------------------------- the batch script
 
 def _directive_value(what: str, value: str) -> str:
@@ -429,7 +542,8 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
                   log: str, runs_dir: str, ckpt_dir: str, pythonpath: str,
                   name: Optional[str], time_limit: Optional[str], signal_lead_s: int,
                   cpus_per_task: Optional[int], gpus: Optional[int],
-                  partition: Optional[str], max_requeues: int = DEFAULT_MAX_REQUEUES) -> str:
+                  partition: Optional[str], max_requeues: int = DEFAULT_MAX_REQUEUES,
+                  array: Optional[str] = None) -> str:
     """The sbatch script of one job; every shell word is quoted on its own (shlex.quote)."""
     q = shlex.quote
     job_name = _NAME_BAD.sub("_", name or job_id)[:64] or job_id
@@ -446,6 +560,11 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
         lines.append(f"#SBATCH --gres=gpu:{int(gpus)}")
     if partition:
         lines.append(f"#SBATCH --partition={_directive_value('partition', partition)}")
+    if array:
+        if not _ARRAY_RE.match(array):
+            raise SlurmError(f"--array {array!r}: use Slurm's forms (0-9, 1,3,5, 0-15:4, "
+                             f"with %N to run N at a time)")
+        lines.append(f"#SBATCH --array={array}")
     lines += [
         f"# Written by gpuroom for queue {queue} job {job_id}; `queue relaunch` submits this",
         "# file again unchanged. The warning signal reaches only this shell: it is forwarded",
@@ -460,6 +579,12 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
         '  export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
         "fi",
     ]
+    if array:
+        lines += [  # each task its own ids: j5_3 and its log logs/j5_3.log (%a in --output)
+            'if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then',
+            f'  export GPUROOM_JOB_ID={q(job_id)}"_$SLURM_ARRAY_TASK_ID"',
+            "fi",
+        ]
     for key, value in sorted(env.items()):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise SlurmError(f"environment name {key!r} is not a shell variable name")
@@ -470,8 +595,8 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
     lines += [
         'restart="${SLURM_RESTART_COUNT:-0}"',
         "started=$(date +%s)",
-        f'echo "=== gpuroom {job_id} slurm ${{SLURM_JOB_ID}} run ${{restart}} '
-        f'$(date +%Y-%m-%dT%H:%M:%S%z) node $(hostname) ==="',
+        'echo "=== gpuroom ${GPUROOM_JOB_ID} slurm ${SLURM_JOB_ID} run ${restart} '
+        '$(date +%Y-%m-%dT%H:%M:%S%z) node $(hostname) ==="',
         f"cd -- {q(cwd)} || exit 111",
         "warned=0",
         "child=",
@@ -541,8 +666,12 @@ def _read(qdir: str) -> List[Dict[str, Any]]:
 def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str],
         name: Optional[str], gpus: Optional[int], durable_dir: Optional[str],
         time_limit: Optional[str], signal_lead_s: Optional[int],
-        cpus_per_task: Optional[int], partition: Optional[str]) -> Dict[str, Any]:
+        cpus_per_task: Optional[int], partition: Optional[str],
+        array: Optional[str] = None) -> Dict[str, Any]:
     qdir = queue_dir(root, queue)
+    if array is not None and not _ARRAY_RE.match(array):
+        raise SlurmError(f"--array {array!r}: use Slurm's forms (0-9, 1,3,5, 0-15:4, with %N "
+                         f"to run N at a time)")
     config = slurm_config(_read(qdir)) if os.path.exists(qdir) else slurm_config([])
     time_limit = time_limit or config.get("time")
     if time_limit and not _TIME_RE.match(time_limit):
@@ -566,9 +695,11 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
             dest_base = durable_dir or root
             ckpt_dir = os.path.join(dest_base, "ckpt", queue, job_id)
             script_rel = os.path.join("slurm", f"{job_id}.sbatch")
+            # An array's tasks each write their own log: %a is the task index.
+            log_name = f"{job_id}_%a.log" if array else f"{job_id}.log"
             text = render_script(
-                job_id, queue, argv=argv, cwd=cwd, env=env,
-                log=os.path.join(qdir, "logs", f"{job_id}.log"),
+                job_id, queue, argv=argv, cwd=cwd, env=env, array=array,
+                log=os.path.join(qdir, "logs", log_name),
                 runs_dir=os.path.join(qdir, "run"), ckpt_dir=ckpt_dir,
                 pythonpath=import_path(root), name=name, time_limit=time_limit,
                 signal_lead_s=lead, cpus_per_task=cpus, gpus=gpus, partition=partition)
@@ -578,7 +709,7 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
                 "name": name, "argv": argv, "cwd": cwd, "env": env, "gpus": gpus,
                 "durable_dir": durable_dir, "time": time_limit, "signal_lead_s": lead,
                 "cpus_per_task": cpus, "partition": partition, "script": script_rel,
-                "ckpt_dir": ckpt_dir})
+                "ckpt_dir": ckpt_dir, "array": array})
         finally:
             writer.unlock()
         assert ev["seq"] == seq
@@ -591,16 +722,24 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
 
 
 def find_job(root: str, queue: str, job_id: str) -> Optional[Dict[str, Any]]:
+    """The Slurm job ``job_id``; for an array task ("j5_3") its array job's record."""
     qdir = queue_dir(root, queue)
     if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
         return None
-    return fold_slurm(_read(qdir)).get(job_id)
+    jobs = fold_slurm(_read(qdir))
+    m = _TASK_ID_RE.match(job_id)
+    if m is not None and (jobs.get(m.group(1)) or {}).get("array"):
+        return jobs[m.group(1)]
+    return jobs.get(job_id)
 
 
 def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dict[str, Any]:
     """scancel, then wait (bounded) until Slurm has let the job go and record how it ended."""
     qdir = queue_dir(root, queue)
     events = _read(qdir)
+    task = task_of(root, queue, job_id)
+    if task is not None:
+        return _kill_task(qdir, queue, task[0], task[1], wait_s)
     job = fold_slurm(events).get(job_id)
     base = {"queue": queue, "job": job_id}
     if job is None or not job["slurm_id"]:
@@ -626,8 +765,42 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
         time.sleep(0.5)
 
 
+def _kill_task(qdir: str, queue: str, job: Dict[str, Any], index: str,
+               wait_s: float) -> Dict[str, Any]:
+    """scancel one array task (``123_4``), then wait (bounded) until Slurm has let it go."""
+    task_id = f"{job['id']}_{index}"
+    base = {"queue": queue, "job": task_id}
+    if not job["slurm_id"] or job["state"] not in LIVE_STATES:
+        return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
+    slurm_id = f"{job['slurm_id']}_{index}"
+    env = command_env(slurm_config(_read(qdir)))
+    rc, _, err = _run(["scancel", slurm_id], env)
+    if rc != 0:
+        return {**base, "ok": False, "slurm_id": slurm_id,
+                "error": f"scancel failed (exit {rc}): {err.strip()[-300:]}"}
+    deadline = time.monotonic() + wait_s
+    while True:
+        jobs, _warnings = refresh(qdir, _read(qdir))
+        now_job = next((j for j in jobs if j["id"] == job["id"]), None)
+        task = next((t for t in (now_job or {}).get("tasks") or [] if t["id"] == task_id),
+                    None)
+        if task is None or task["state"] not in LIVE_STATES:
+            return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
+                    "state": task["state"] if task else "killed",
+                    "slurm_state": task["slurm_state"] if task else None}
+        if time.monotonic() >= deadline:
+            return {**base, "ok": False, "slurm_id": slurm_id,
+                    "error": f"scancel sent; Slurm still lists {slurm_id} after {wait_s:.0f}s"}
+        time.sleep(0.5)
+
+
 def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
-    """Submit the job's identical script again: a new attempt, the same checkpoint dir."""
+    """Submit the job's identical script again: a new attempt, the same checkpoint dir (an
+    array: every task again, under a new array id)."""
+    if task_of(root, queue, job_id) is not None:
+        return {"queue": queue, "job": job_id, "ok": False, "result": "rejected",
+                "error": "one task of an array cannot be relaunched on its own yet: relaunch "
+                         "the whole array (its jN) once it has ended"}
     qdir = queue_dir(root, queue)
     events = _read(qdir)
     jobs, _ = refresh(qdir, events)

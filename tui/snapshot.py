@@ -512,6 +512,22 @@ class Sync(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ArrayTask(View):
+    """One task of a Slurm job array (remote/queue_slurm.py _array_refresh): "j5_3" is task 3
+    of array job j5, Slurm's "123_3"."""
+
+    id: str = key(lambda v: text(v) or "", origin="slurm")
+    task: str | None = key(text, origin="slurm")
+    slurm_id: str | None = key(text, origin="slurm")
+    state: str = key(lambda v: text(v) or "", origin="slurm")
+    slurm_state: str | None = key(text, origin="slurm")
+    reason: str | None = key(text, origin="slurm")
+    node: str | None = key(text, origin="slurm")
+    elapsed_s: float | None = key(number, origin="slurm")
+    exit_code: int | None = key(integer, origin="slurm")
+
+
+@dataclass(frozen=True, slots=True)
 class NodeProbe(View):
     """One node of a running Slurm job, probed from inside its allocation: the same host,
     cgroup, disk and GPU facts a box's probe carries (remote/slurm_telemetry.py node_probe)."""
@@ -577,6 +593,8 @@ class Job(View):
     expected_start: float | None = key(number, origin="slurm")
     nodes: int | None = key(integer, origin="slurm")  # squeue's %D: nodes allocated or asked
     telemetry: JobTelemetry | None = nested(JobTelemetry, "maybe", origin="slurm")
+    array: str | None = key(text, origin="slurm")  # sbatch --array's spec: "0-9%2"
+    tasks: tuple[ArrayTask, ...] = nested(ArrayTask, "many", origin="slurm")
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
 
     @property
@@ -759,7 +777,8 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> 
 
 
 __all__ = [
-    "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper", "Host", "Job",
+    "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper",
+    "Host", "Job",
     "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
     "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",

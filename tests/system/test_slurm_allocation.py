@@ -228,3 +228,58 @@ def test_a_step_that_does_not_answer_in_time_is_cancelled_and_said(
             break
         assert time.monotonic() < deadline, steps
         time.sleep(0.5)
+
+
+def ls(capsys: pytest.CaptureFixture[str], config: Path) -> dict[str, dict[str, Any]]:
+    assert main(["--config", str(config), "queue", "ls", "box", "--json"]) == 0
+    return {j["id"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+
+
+def test_an_array_of_four_runs_two_at_a_time_and_shows_each_task(
+        slurm_host: Path, sleeper: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    # Free the node's second CPU, so only the array's %2 limits it.
+    for job in ls(capsys, slurm_host).values():
+        if job["state"] in ("running", "queued"):
+            main(["--config", str(slurm_host), "queue", "kill", "box", job["id"]])
+    capsys.readouterr()
+    doc = add(capsys, slurm_host, "--name", "sweep", "--array", "0-3%2", "--time", "10",
+              "box", "--", "sh", "-c", 'echo "task $SLURM_ARRAY_TASK_ID of $GPUROOM_JOB_ID"; '
+              'if [ "$SLURM_ARRAY_TASK_ID" = 3 ]; then sleep 120; else sleep 2; fi')
+    jid = doc["job"]
+    most, limited, rows = 0, False, []
+    deadline = time.monotonic() + 60
+    while True:
+        job = ls(capsys, slurm_host)[jid]
+        tasks = {t["id"]: t for t in job["tasks"]}
+        running = [t for t in tasks.values() if t["state"] == "running"]
+        most = max(most, len(running))
+        limited = limited or (len(running) == 2 and any(
+            t["reason"] == "JobArrayTaskLimit" for t in tasks.values()))
+        if tasks.get(f"{jid}_3", {}).get("state") == "running":
+            rows = job_rows(poll_until(slurm_host, lambda s: True), time.time())
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert most == 2 and limited, job  # %2: never more than two at once, the rest held
+    assert job["state"] == "running" and job["array"] == "0-3%2"
+    # The room: the array's row, then one row per task, each with its Slurm id and state.
+    mine = [r for r in rows if r.id == jid or r.id.startswith(jid + "_")]
+    assert [r.id for r in mine] == [jid, *(f"{jid}_{i}" for i in range(4))]
+    assert mine[0].slurm.startswith(f"{doc['slurm_id']} RUNNING") and \
+        "array 0-3%2: " in mine[0].slurm
+    assert mine[4].slurm.startswith(f"{doc['slurm_id']}_3 RUNNING")
+    # Kill one task; the others have ended on their own.
+    assert main(["--config", str(slurm_host), "queue", "kill", "box", f"{jid}_3"]) == 0
+    capsys.readouterr()
+    deadline = time.monotonic() + WAIT_S
+    while (job := ls(capsys, slurm_host)[jid])["state"] in ("running", "queued"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert [(t["id"], t["state"]) for t in job["tasks"]] == [
+        (f"{jid}_0", "succeeded"), (f"{jid}_1", "succeeded"), (f"{jid}_2", "succeeded"),
+        (f"{jid}_3", "killed")]
+    assert job["state"] == "killed" and job["slurm_state"] == "CANCELLED"
+    # Each task has its own log (%a in the batch script's --output).
+    assert main(["--config", str(slurm_host), "queue", "logs", "box", f"{jid}_2"]) == 0
+    log = capsys.readouterr().out.splitlines()
+    assert log[0].startswith(f"=== gpuroom {jid}_2 slurm ") and log[1:] == [f"task 2 of {jid}_2"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpuroom.tui.present.format import fmt_duration, fmt_mmss
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
-from gpuroom.tui.snapshot import Job
+from gpuroom.tui.snapshot import ArrayTask, Job
 
 REASON_MAX_CHARS = 60  # Slurm's reason is the box's text: one bounded word or two
 
@@ -142,7 +142,23 @@ def slurm_summary(job: Job) -> str:
         parts.append(f"{fmt_mmss(job.time_left_s)} left")
     if job.restarts:
         parts.append(f"requeued x{job.restarts}")
+    if job.array:
+        parts.append(f"array {job.array}:")
+        counts: dict[str, int] = {}
+        for t in job.tasks:
+            counts[t.state or "?"] = counts.get(t.state or "?", 0) + 1
+        parts.append(", ".join(f"{n} {state}" for state, n in counts.items()) or "no task yet")
     return sanitize_line(" ".join(parts))  # the reason and node are Slurm's text, from the box
+
+
+def task_summary(task: ArrayTask) -> str:
+    """'123_4 RUNNING vm' / '123_5 PENDING (JobArrayTaskLimit)' for an array task's row."""
+    parts = [task.slurm_id or "?", task.slurm_state or "?"]
+    if task.reason:
+        parts.append(f"({task.reason})")
+    if task.node and task.state == "running":
+        parts.append(task.node)
+    return sanitize_line(" ".join(parts))
 
 
 def queue_backend(profile: str | None) -> str:
