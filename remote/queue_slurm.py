@@ -3,7 +3,8 @@
 One queue model: a Slurm job lives in the same ``events.jsonl`` with the same ``jN`` ids and
 log path (``logs/jN.log``) as a box job, and ``queue ls``, the probe section and the room show
 the same record with extra fields (slurm_id, slurm_state, reason, node, elapsed_s,
-time_limit_s, time_left_s, end_time, restarts). What differs is who runs it:
+time_limit_s, time_left_s, end_time, restarts; expected_start and nodes from squeue's %S
+and %D; an array's spec and its tasks). What differs is who runs it:
 
 - ``add`` writes ``slurm/jN.sbatch`` once and submits it with ``sbatch --parsable``;
   ``relaunch`` submits that identical file again (a new attempt, same checkpoint dir);
