@@ -747,8 +747,14 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
         return {**base, "ok": False, "error": f"no submitted Slurm job {job_id}"}
     if job["state"] not in LIVE_STATES:
         return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
-    env = command_env(slurm_config(events))
-    slurm_id = str(job["slurm_id"])
+    return _scancel_and_wait(qdir, base, str(job["slurm_id"]), job_id, wait_s)
+
+
+def _scancel_and_wait(qdir: str, base: Dict[str, Any], slurm_id: str, job_id: str,
+                      wait_s: float) -> Dict[str, Any]:
+    """scancel ``slurm_id``, then wait (bounded) until the record ``job_id`` (a job, or an
+    array task "j5_3") is no longer live, and say how it ended."""
+    env = command_env(slurm_config(_read(qdir)))
     rc, _, err = _run(["scancel", slurm_id], env)
     if rc != 0:
         return {**base, "ok": False, "slurm_id": slurm_id,
@@ -756,7 +762,8 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
     deadline = time.monotonic() + wait_s
     while True:
         jobs, _warnings = refresh(qdir, _read(qdir))
-        now_job = next((j for j in jobs if j["id"] == job_id), None)
+        records = [*jobs, *[t for j in jobs for t in j.get("tasks") or []]]
+        now_job = next((j for j in records if j["id"] == job_id), None)
         if now_job is not None and now_job["state"] not in LIVE_STATES:
             return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
                     "state": now_job["state"], "slurm_state": now_job["slurm_state"]}
@@ -773,26 +780,7 @@ def _kill_task(qdir: str, queue: str, job: Dict[str, Any], index: str,
     base = {"queue": queue, "job": task_id}
     if not job["slurm_id"] or job["state"] not in LIVE_STATES:
         return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
-    slurm_id = f"{job['slurm_id']}_{index}"
-    env = command_env(slurm_config(_read(qdir)))
-    rc, _, err = _run(["scancel", slurm_id], env)
-    if rc != 0:
-        return {**base, "ok": False, "slurm_id": slurm_id,
-                "error": f"scancel failed (exit {rc}): {err.strip()[-300:]}"}
-    deadline = time.monotonic() + wait_s
-    while True:
-        jobs, _warnings = refresh(qdir, _read(qdir))
-        now_job = next((j for j in jobs if j["id"] == job["id"]), None)
-        task = next((t for t in (now_job or {}).get("tasks") or [] if t["id"] == task_id),
-                    None)
-        if task is None or task["state"] not in LIVE_STATES:
-            return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
-                    "state": task["state"] if task else "killed",
-                    "slurm_state": task["slurm_state"] if task else None}
-        if time.monotonic() >= deadline:
-            return {**base, "ok": False, "slurm_id": slurm_id,
-                    "error": f"scancel sent; Slurm still lists {slurm_id} after {wait_s:.0f}s"}
-        time.sleep(0.5)
+    return _scancel_and_wait(qdir, base, f"{job['slurm_id']}_{index}", task_id, wait_s)
 
 
 def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:

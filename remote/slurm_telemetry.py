@@ -31,7 +31,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import queue_slurm
-from .queue_runner import import_path
+from .checkpoint import _pid_alive
+from .queue_runner import _atomic_json as _write_json
+from .queue_runner import _read_json, import_path
 
 STEP_NAME = "gpuroom-probe"
 STEP_TIMEOUT_S = 15.0  # srun's step launch is ~1 s; a busy slurmd can take several
@@ -49,22 +51,6 @@ _REFUSAL_MARKS = ("unrecognized option", "invalid option", "unknown option", "no
 
 def telemetry_dir(qdir: str) -> str:
     return os.path.join(qdir, "telemetry")
-
-
-def _write_json(path: str, doc: Dict[str, Any]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    os.replace(tmp, path)
-
-
-def _read_json(path: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def refusal(rc: int, stderr: str) -> Optional[str]:
@@ -102,17 +88,16 @@ def _alive(pid: int, procs: Dict[str, Any], key: str) -> bool:
     proc = procs.get(key)
     if proc is not None and proc.pid == pid:
         return proc.poll() is None  # reaps it: a serve session's child is never a zombie
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not _pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"slurm_telemetry" in f.read()  # not a recycled pid
+            cmdline = f.read()
     except OSError:
         return True
+    # Not a recycled pid. Empty: a process between fork and exec (or a zombie) cannot be
+    # told apart; it counts as alive, so at worst it is waited out to the timeout.
+    return not cmdline or b"slurm_telemetry" in cmdline
 
 
 def job_telemetry(qdir: str, job: Dict[str, Any], *, env: Dict[str, str], mounts: List[str],

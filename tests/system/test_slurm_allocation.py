@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import shutil
 import time
 from collections.abc import Iterator
@@ -20,8 +18,8 @@ from typing import Any
 
 import pytest
 import tomli_w
+from fakes import replay_python
 from harness import slurm as slurm_harness
-from paths import FIXTURES, TESTS
 
 from gpuroom.remote.slurmparse import parse_squeue
 from gpuroom.tui import config as cfg
@@ -34,9 +32,6 @@ from gpuroom.tui.rules.doctor import diagnose
 
 pytestmark = pytest.mark.sshd
 
-# Two cards and a plain table listing their processes, as tests/system/test_snapshot_schema.py
-SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
-                "nvsmi_table/driver460-gtx1080-with-processes.txt")
 WAIT_S = 30.0
 
 
@@ -46,37 +41,16 @@ def cluster() -> Iterator[slurm_harness.SlurmCluster]:
         yield c
 
 
-def gpu_python(box: Any, fixtures: Path, name: str = "python3", **extra: str) -> Path:
-    """The box's python3 with the nvidia-smi replay in its environment (copied into the test
-    user's home): the helper, its probe watcher and the step inside the job all inherit it."""
-    user = pwd.getpwnam(box.user)
-    root = box.home / "gpuroom-slurm2-test"
-    for rel in SMI_CAPTURES:
-        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
-    shutil.copy(TESTS / "fakes" / "nvidia-smi", root / "nvidia-smi")
-    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
-           "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
-           "GPUROOM_FIXTURES": str(root / "fixtures"), **extra}
-    wrapper = root / name
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
-    return wrapper
-
-
 @pytest.fixture(scope="module")
 def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sshd_session.reset()
-    shutil.rmtree(sshd_session.home / "gpuroom-slurm2-test", ignore_errors=True)
-    python = gpu_python(sshd_session, FIXTURES)
+    root = sshd_session.home / "gpuroom-slurm2-test"
+    shutil.rmtree(root, ignore_errors=True)
+    python = replay_python(root, sshd_session.user)
     # The same box, with a probe step allowed 0.3 s: every step is cut off as if it hung.
-    tight = gpu_python(sshd_session, FIXTURES, "python3-tight",
-                       GPUROOM_SLURM_PROBE_TIMEOUT_S="0.3")
+    tight = replay_python(root, sshd_session.user, "python3-tight",
+                          GPUROOM_SLURM_PROBE_TIMEOUT_S="0.3")
     path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
     path.write_bytes(tomli_w.dumps({
         "settings": {"ssh_config": str(sshd_session.ssh_config)},

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import shutil
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import NVIDIA_SMI
+from fakes import replay_python
 
 from gpuroom.remote import kernel
 from gpuroom.remote.probe import ProbeSession
@@ -31,10 +29,6 @@ from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
 
-# A GPU table with two cards, and the plain table listing their processes
-# (--query-compute-apps has no capture, so the helper falls back to it).
-SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
-                "nvsmi_table/driver460-gtx1080-with-processes.txt")
 WAIT_S = 60.0
 
 
@@ -45,27 +39,12 @@ def missing(origin: Origin, docs: list[Any]) -> set[str]:
 
 
 @pytest.fixture
-def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
+def gpu_python(sshd_box: Any) -> Iterator[Path]:
     """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
-    its environment. Everything it needs is copied into the test user's home, so the box
-    reads nothing of the jump host's checkout."""
-    user = pwd.getpwnam(sshd_box.user)
+    its environment (tests/fakes replay_python)."""
     root = sshd_box.home / "gpuroom-schema-test"
     shutil.rmtree(root, ignore_errors=True)
-    for rel in SMI_CAPTURES:
-        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
-    shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
-    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
-           "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
-           "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = root / "python3"
-    wrapper.write_text("#!/usr/bin/python3\nimport os, sys\n"
-                       f"os.environ.update({env!r})\n"
-                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
-    wrapper.chmod(0o755)
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
+    wrapper = replay_python(root, sshd_box.user)
     try:
         yield wrapper
     finally:

@@ -15,7 +15,6 @@ submits through the real queue CLI and probes with ``gpuroom.remote.probe.ProbeS
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -28,16 +27,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from fakes import NVIDIA_SMI, SMI_CAPTURES  # noqa: E402
 from harness.slurm import SlurmCluster, missing_requirements  # noqa: E402
 from paths import FIXTURES  # noqa: E402
-from record_session import HOST, jobs_of, remote  # noqa: E402
+from record_session import jobs_of, recorder_line, remote  # noqa: E402
 
 from gpuroom.remote.probe import ProbeSession  # noqa: E402
 
 POLL_S = 1.0
 MAX_S = 60.0
-SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
-                "nvsmi_table/driver460-gtx1080-with-processes.txt")
 
 
 def complete(snap: dict[str, Any]) -> bool:
@@ -53,7 +51,7 @@ def main() -> int:
     if reason is not None:
         print(reason, file=sys.stderr)
         return 2
-    os.environ.update({"GPUROOM_NVIDIA_SMI": str(ROOT / "tests" / "fakes" / "nvidia-smi"),
+    os.environ.update({"GPUROOM_NVIDIA_SMI": str(NVIDIA_SMI),
                        "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
                        "GPUROOM_FIXTURES": str(FIXTURES)})
     home = tempfile.mkdtemp(prefix="gpuroom-slurm-rec-")
@@ -73,10 +71,7 @@ def main() -> int:
         deadline = time.monotonic() + MAX_S
         while True:
             snap = session.snapshot(request)
-            lines.append(json.dumps({"t": time.time(), "host": HOST, "profile": "slurm",
-                                     "state": "up", "error": None, "snapshot": snap,
-                                     "price_per_hour": None, "rented_at": None},
-                                    separators=(",", ":"), sort_keys=True))
+            lines.append(recorder_line(snap))
             print(time.strftime("%H:%M:%S"),
                   [(j["name"], j["state"], j.get("reason"), bool(j.get("telemetry")))
                    for j in jobs_of(snap)], flush=True)

@@ -109,7 +109,7 @@ def test_a_hung_watcher_is_killed_and_said(tmp_path: Path) -> None:
             if _ended(child):
                 break
             time.sleep(0.1)
-        assert _ended(child)
+        assert _ended(child), view
         assert view["error"].startswith("the probe's watcher hung for 100s: killed")
     finally:
         if child.poll() is None:
