@@ -185,6 +185,7 @@ def test_squeue_long_listing_of_the_cluster_parses(
     assert {r["STATE"] for r in rows} <= {"RUNNING", "PENDING", "COMPLETING"}
 
 
+@pytest.mark.attack("faults", "a probe step inside a Slurm job does not answer in time")
 def test_a_step_that_does_not_answer_in_time_is_cancelled_and_said(
         slurm_host: Path, sleeper: dict[str, Any], cluster: slurm_harness.SlurmCluster) -> None:
     # Last in the module: "tight" shares the box's queue, so its cut-off answers replace

@@ -20,7 +20,7 @@ from typing import Literal
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number
+from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
 
@@ -697,7 +697,7 @@ def job_node_findings(host: str, prev: Snapshot | None, snap: Snapshot,
         if prev is not None else {}
     out: list[Finding] = []
     for job, node in snap.job_nodes:
-        where = f"{host}/{node.host.hostname or '?'}"
+        where = f"{host}/{fmt_text(node.host.hostname) or '?'}"  # the node's word: inert
         old = before.get((job.slurm_id, node.host.hostname))
         now_snap = node.as_snapshot()
         out += gpu_findings(where, old.as_snapshot() if old is not None else None, now_snap)
