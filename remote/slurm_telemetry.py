@@ -31,7 +31,6 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import queue_slurm
-from .checkpoint import _pid_alive
 from .queue_runner import _atomic_json as _write_json
 from .queue_runner import _read_json, import_path
 
@@ -88,6 +87,8 @@ def _alive(pid: int, procs: Dict[str, Any], key: str) -> bool:
     proc = procs.get(key)
     if proc is not None and proc.pid == pid:
         return proc.poll() is None  # reaps it: a serve session's child is never a zombie
+    from .checkpoint import _pid_alive  # here: a probe without a step in flight skips it
+
     if not _pid_alive(pid):
         return False
     try:
