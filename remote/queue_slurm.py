@@ -498,7 +498,11 @@ def _array_refresh(job: Dict[str, Any], live: Dict[str, Dict[str, Any]], env: Di
     job["expected_start"] = min([t["expected_start"] for t in pending
                                  if t["expected_start"] is not None] or [None]) \
         if pending and not running else None
-    if not tasks or rows or len(states) != len([s for s in states if s not in LIVE_STATES]):
+    if not tasks:
+        # Gone from squeue and forgotten by the controller (MinJobAge): accounting or the
+        # jobcomp file has the array's own end, without its tasks.
+        return final_states([slurm_id], env)
+    if rows or any(s in LIVE_STATES for s in states):
         return {}
     return {slurm_id: _array_final(tasks)}
 

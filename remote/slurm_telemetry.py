@@ -69,8 +69,9 @@ def attach(root: str, qdir: str, jobs: List[Dict[str, Any]], *, events: List[Dic
            request: Dict[str, Any], session_state: Dict[str, Any]) -> None:
     """Give each running Slurm job of one queue its ``telemetry`` (the probe's queue
     section calls this; ``queue ls`` does not, so listing a queue starts no step)."""
+    # Not an array: its id names one task, which may have ended while others run.
     running = [j for j in jobs if j.get("backend") == queue_slurm.BACKEND
-               and j.get("state") == "running" and j.get("slurm_id")]
+               and j.get("state") == "running" and j.get("slurm_id") and not j.get("array")]
     if not running:
         return
     env = queue_slurm.command_env(queue_slurm.slurm_config(events))

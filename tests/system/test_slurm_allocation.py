@@ -258,3 +258,18 @@ def test_an_array_of_four_runs_two_at_a_time_and_shows_each_task(
     assert main(["--config", str(slurm_host), "queue", "logs", "box", f"{jid}_2"]) == 0
     log = capsys.readouterr().out.splitlines()
     assert log[0].startswith(f"=== gpuroom {jid}_2 slurm ") and log[1:] == [f"task 2 of {jid}_2"]
+
+
+def test_killing_an_array_cancels_every_task(
+        slurm_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = add(capsys, slurm_host, "--name", "pair", "--array", "0-1", "--time", "10", "box",
+              "--", "sleep", "120")
+    deadline = time.monotonic() + WAIT_S
+    while ls(capsys, slurm_host)[doc["job"]]["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    assert main(["--config", str(slurm_host), "queue", "kill", "box", doc["job"]]) == 0
+    capsys.readouterr()
+    job = ls(capsys, slurm_host)[doc["job"]]
+    assert job["state"] == "killed" and job["slurm_state"] == "CANCELLED"
+    assert {t["state"] for t in job["tasks"]} == {"killed"} and len(job["tasks"]) == 2
