@@ -152,7 +152,8 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             job["attempts"].append({
                 "attempt": ev.get("attempt"), "slurm_id": ev.get("slurm_id"),
                 "submitted": ev.get("t"), "start": None, "end": None, "exit_code": None,
-                "signal": None, "duration": None, "end_reason": None, "runs": []})
+                "signal": None, "duration": None, "end_reason": None, "runs": [],
+                "task": ev.get("task")})  # an array task relaunched alone: its index
         elif kind == "slurm_submit_failed":
             job["state"], job["reason"] = "failed", ev.get("why")
         elif kind == "slurm_final":
@@ -332,8 +333,10 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
     live: Dict[str, Dict[str, Any]] = {}
     ended: Dict[str, Dict[str, Any]] = {}
     arrays = {i for i, j in open_jobs.items() if j.get("array")}
+    # An array's tasks relaunched alone live under their own array ids: ask for those too.
+    ids = set(open_jobs) | {a for i in arrays for a in array_ids(open_jobs[i])}
     try:
-        live = squeue_rows(sorted(open_jobs), env)
+        live = squeue_rows(sorted(ids), env)
         gone = [i for i in sorted(open_jobs) if i not in live and i not in arrays]
         ended = final_states(gone, env)
         for slurm_id in sorted(arrays):
@@ -459,32 +462,70 @@ def _array_tasks_scontrol(slurm_id: str, env: Dict[str, str]) -> Dict[str, Dict[
     return tasks
 
 
+def array_ids(job: Dict[str, Any]) -> List[str]:
+    """The Slurm array ids holding the job's current tasks, oldest first: the last whole-array
+    submission and every task relaunched alone after it."""
+    ids: List[str] = []
+    for attempt in job["attempts"]:
+        if not attempt.get("slurm_id"):
+            continue
+        if attempt.get("task") is None:
+            ids = []
+        ids.append(str(attempt["slurm_id"]))
+    return ids
+
+
 def _array_refresh(job: Dict[str, Any], live: Dict[str, Dict[str, Any]], env: Dict[str, str],
                    now: float) -> Dict[str, Dict[str, Any]]:
-    """Fill an array job's ``tasks`` (live ones from squeue, ended ones from scontrol) and its
-    state; when no task is left in the queue, its final verdict by the array's id."""
+    """Fill an array job's ``tasks`` (live ones from squeue, ended ones from scontrol, a task
+    relaunched alone from its own array) and its state; when no task is left in the queue,
+    its final verdict by the job's current Slurm id."""
     slurm_id = str(job["slurm_id"])
-    prefix = slurm_id + "_"
-    rows = {k: r for k, r in live.items() if k.startswith(prefix) and k[len(prefix):].isdigit()}
-    known = _array_tasks_scontrol(slurm_id, env)
-    tasks = []
-    for task_id in sorted(set(rows) | set(known), key=lambda t: int(t.rpartition("_")[2])):
-        task = _task(job, task_id)
-        if task_id in rows:
-            _apply_live(task, None, rows[task_id], now)
-        else:
-            fields = known[task_id]
-            state = fields.get("JobState", "")
-            code, sig = _exit_pair(fields.get("ExitCode"))
-            if state in FINAL_SLURM_STATES:
-                _apply_final(task, state, code, None)
-            else:
-                task["slurm_state"], task["state"] = state or None, "queued"
-            task["node"] = None if fields.get("NodeList") in (None, "(null)") \
-                else fields.get("NodeList")
-            task["elapsed_s"] = parse_slurm_duration(fields.get("RunTime", ""))
-            task["signal"] = sig
-        tasks.append(task)
+    by_index: Dict[str, Dict[str, Any]] = {str(t.get("task")): t for t in job["tasks"]}
+    rows: Dict[str, Dict[str, Any]] = {}
+    for array_id in array_ids(job):
+        prefix = array_id + "_"
+        mine = {k: r for k, r in live.items() if k.startswith(prefix)
+                and k[len(prefix):].isdigit()}
+        rows.update(mine)
+        known = _array_tasks_scontrol(array_id, env)
+        for task_id in sorted(set(mine) | set(known)):
+            by_index[task_id.rpartition("_")[2]] = _task_now(job, task_id, mine, known, now)
+    tasks = [by_index[i] for i in sorted(by_index, key=lambda i: int(i) if i.isdigit() else -1)]
+    _array_state(job, tasks)
+    states = [t["state"] for t in tasks]
+    if not tasks:
+        # Gone from squeue and forgotten by the controller (MinJobAge): accounting or the
+        # jobcomp file has the array's own end, without its tasks.
+        return final_states([slurm_id], env)
+    if rows or any(s in LIVE_STATES for s in states):
+        return {}
+    return {slurm_id: _array_final(tasks)}
+
+
+def _task_now(job: Dict[str, Any], task_id: str, rows: Dict[str, Dict[str, Any]],
+              known: Dict[str, Dict[str, str]], now: float) -> Dict[str, Any]:
+    """One task as squeue (while queued or running) or scontrol (after) says."""
+    task = _task(job, task_id)
+    if task_id in rows:
+        _apply_live(task, None, rows[task_id], now)
+        return task
+    fields = known[task_id]
+    state = fields.get("JobState", "")
+    code, sig = _exit_pair(fields.get("ExitCode"))
+    if state in FINAL_SLURM_STATES:
+        _apply_final(task, state, code, None)
+    else:
+        task["slurm_state"], task["state"] = state or None, "queued"
+    node = fields.get("NodeList")
+    task["node"] = None if node in (None, "(null)") else node
+    task["elapsed_s"] = parse_slurm_duration(fields.get("RunTime", ""))
+    task["signal"] = sig
+    return task
+
+
+def _array_state(job: Dict[str, Any], tasks: List[Dict[str, Any]]) -> None:
+    """The array's row from its tasks: running while one runs, else queued while one waits."""
     job["tasks"] = tasks
     states = [t["state"] for t in tasks]
     if "running" in states:
@@ -498,13 +539,6 @@ def _array_refresh(job: Dict[str, Any], live: Dict[str, Dict[str, Any]], env: Di
     job["expected_start"] = min([t["expected_start"] for t in pending
                                  if t["expected_start"] is not None] or [None]) \
         if pending and not running else None
-    if not tasks:
-        # Gone from squeue and forgotten by the controller (MinJobAge): accounting or the
-        # jobcomp file has the array's own end, without its tasks.
-        return final_states([slurm_id], env)
-    if rows or any(s in LIVE_STATES for s in states):
-        return {}
-    return {slurm_id: _array_final(tasks)}
 
 
 def _array_final(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -648,17 +682,21 @@ def _write_atomic(path: str, text: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _submit(qdir: str, job: Dict[str, Any], env: Dict[str, str],
-            writer: EventWriter) -> Dict[str, Any]:
+def _submit(qdir: str, job: Dict[str, Any], env: Dict[str, str], writer: EventWriter,
+            task: Optional[str] = None) -> Dict[str, Any]:
+    """sbatch the job's script; ``task``: only that index of its array (the command line's
+    --array overrides the script's)."""
     script = os.path.join(qdir, str(job["script"]))
-    rc, out, err = _run(["sbatch", "--parsable", script], env)
+    only = [f"--array={task}"] if task is not None else []
+    rc, out, err = _run(["sbatch", "--parsable", *only, script], env)
     slurm_id = out.strip().split(";")[0] if rc == 0 else ""
     if rc != 0 or not slurm_id.isdigit():
         why = f"sbatch failed (exit {rc}): {(err or out).strip()[-300:]}"
         writer.append("slurm_submit_failed", job=job["id"], why=why)
         return {"ok": False, "job": job["id"], "error": why}
     attempt = len(job["attempts"]) + 1
-    writer.append("slurm_submitted", job=job["id"], attempt=attempt, slurm_id=slurm_id)
+    writer.append("slurm_submitted", job=job["id"], attempt=attempt, slurm_id=slurm_id,
+                  **({"task": task} if task is not None else {}))
     return {"ok": True, "job": job["id"], "slurm_id": slurm_id, "attempt": attempt}
 
 
@@ -784,16 +822,21 @@ def _kill_task(qdir: str, queue: str, job: Dict[str, Any], index: str,
     base = {"queue": queue, "job": task_id}
     if not job["slurm_id"] or job["state"] not in LIVE_STATES:
         return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
-    return _scancel_and_wait(qdir, base, f"{job['slurm_id']}_{index}", task_id, wait_s)
+    jobs, _warnings = refresh(qdir, _read(qdir))
+    now_job = next((j for j in jobs if j["id"] == job["id"]), job)
+    task = next((t for t in now_job.get("tasks") or [] if t["id"] == task_id), None)
+    if task is None or task["state"] not in LIVE_STATES:
+        return {**base, "ok": True, "result": "rejected",
+                "why": f"task is {task['state'] if task else 'not known to Slurm'}"}
+    return _scancel_and_wait(qdir, base, str(task["slurm_id"]), task_id, wait_s)
 
 
 def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
     """Submit the job's identical script again: a new attempt, the same checkpoint dir (an
     array: every task again, under a new array id)."""
-    if task_of(root, queue, job_id) is not None:
-        return {"queue": queue, "job": job_id, "ok": False, "result": "rejected",
-                "error": "one task of an array cannot be relaunched on its own yet: relaunch "
-                         "the whole array (its jN) once it has ended"}
+    found = task_of(root, queue, job_id)
+    if found is not None:
+        return _relaunch_task(root, queue, found[0]["id"], found[1])
     qdir = queue_dir(root, queue)
     events = _read(qdir)
     jobs, _ = refresh(qdir, events)
@@ -807,6 +850,30 @@ def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
     writer = EventWriter(qdir)
     try:
         doc = _submit(qdir, job, command_env(slurm_config(events)), writer)
+    finally:
+        writer.close()
+    doc.update(base)
+    doc["result"] = "requeued" if doc["ok"] else "rejected"
+    return doc
+
+
+def _relaunch_task(root: str, queue: str, job_id: str, index: str) -> Dict[str, Any]:
+    """sbatch the array's script for task ``index`` alone (a new array id holding that one
+    task); the array's row shows it in that task's place."""
+    qdir = queue_dir(root, queue)
+    events = _read(qdir)
+    jobs, _ = refresh(qdir, events)
+    job = next((j for j in jobs if j["id"] == job_id), None)
+    base = {"queue": queue, "job": f"{job_id}_{index}"}
+    task = next((t for t in (job or {}).get("tasks") or [] if t["task"] == index), None)
+    if job is None or task is None:
+        return {**base, "ok": False, "error": f"no task {index} in array job {job_id}"}
+    if task["state"] in LIVE_STATES:
+        return {**base, "ok": False, "result": "rejected",
+                "error": f"task is {task['state']}; kill it first"}
+    writer = EventWriter(qdir)
+    try:
+        doc = _submit(qdir, job, command_env(slurm_config(events)), writer, task=index)
     finally:
         writer.close()
     doc.update(base)

@@ -258,6 +258,22 @@ def test_an_array_of_four_runs_two_at_a_time_and_shows_each_task(
     assert main(["--config", str(slurm_host), "queue", "logs", "box", f"{jid}_2"]) == 0
     log = capsys.readouterr().out.splitlines()
     assert log[0].startswith(f"=== gpuroom {jid}_2 slurm ") and log[1:] == [f"task 2 of {jid}_2"]
+    # Relaunch one task alone: a new Slurm array holding task 0 takes its place in the row.
+    assert main(["--config", str(slurm_host), "queue", "relaunch", "box", f"{jid}_0"]) == 0
+    capsys.readouterr()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        job = ls(capsys, slurm_host)[jid]
+        task0 = job["tasks"][0]
+        if task0["slurm_id"] != f"{doc['slurm_id']}_0" and job["state"] not in (
+                "running", "queued"):
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert (task0["id"], task0["state"]) == (f"{jid}_0", "succeeded")
+    assert [(t["id"], t["state"]) for t in job["tasks"][1:]] == [
+        (f"{jid}_1", "succeeded"), (f"{jid}_2", "succeeded"), (f"{jid}_3", "killed")]
+    assert len(job["attempts"]) == 2 and job["slurm_id"] == task0["slurm_id"].split("_")[0]
 
 
 def test_killing_an_array_cancels_every_task(
