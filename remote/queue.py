@@ -1,7 +1,9 @@
 """``gpuroom-remote queue ...``: a job queue on the box that finishes on its own.
 
 Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
-``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
+``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout, also
+when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
+when the job is recorded and a live runner will see it, see ``add_job``):
 
   add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
       [--retry-on-exit]
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import os
 import re
@@ -49,6 +52,7 @@ from .queue_events import (
     LIVE_STATES,
     EventReader,
     EventWriter,
+    WriteFailed,
     check_queue_name,
     fold,
     list_queues,
@@ -144,7 +148,7 @@ def _runner_info(qdir: str) -> Dict[str, Any]:
             status = json.load(f)
         if isinstance(status, dict):
             info.update({k: status.get(k) for k in ("pid", "boot_id", "started", "heartbeat",
-                                                   "blocked")})
+                                                   "blocked", "write_error", "error")})
     except (OSError, ValueError):
         pass
     return info
@@ -158,10 +162,15 @@ def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Di
         return {"started": False, "running": True, "method": None}
     env_file = os.path.join(qdir, "runner.env.json")
     tmp = f"{env_file}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(dict(os.environ), f)
-    os.replace(tmp, env_file)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(os.environ), f)
+        os.replace(tmp, env_file)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # a full disk leaves no half-written file behind
+        raise
     log_file = os.path.join(qdir, "runner.log")
     argv = [*self_argv(), "queue", "runner", "--root", root, "--queue", queue,
             "--env-file", env_file, "--log-file", log_file]
@@ -224,12 +233,16 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         # Bounded answer, but never hide what is live or waiting.
         keep = {j["id"] for j in jobs[-limit:]}
         jobs = [j for j in jobs if j["id"] in keep or j["state"] in LIVE_STATES]
+    runner = _runner_info(qdir)
+    views = [job_view(j, qdir) for j in jobs]
+    for view in views:
+        view["waiting"] = _waiting(view, runner)
     return {
         "queue": queue,
         "dir": qdir,
         "config": state["config"],
-        "runner": _runner_info(qdir),
-        "jobs": [job_view(j, qdir) for j in jobs],
+        "runner": runner,
+        "jobs": views,
         "order": state["order"],
         "pending_requests": state["pending_requests"],
         "last_seq": state["last_seq"],
@@ -237,6 +250,18 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         "backend": queue_slurm.slurm_config(events).get("backend") or "local",
         "warnings": warnings,
     }
+
+
+def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
+    """Why a queued box job has not started (issue 17): the runner's reason (a slot, GPUs
+    held by a foreign pid, the job ahead), or that no runner is there to start it."""
+    if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
+        return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
+    if not runner.get("alive"):
+        return "no runner: the next queue add starts one"
+    blocked = runner.get("blocked")
+    why = blocked.get(job.get("id")) if isinstance(blocked, dict) else None
+    return str(why) if why else None
 
 
 def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
@@ -284,12 +309,33 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
     return best
 
 
+def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The newest checkpoint of a job that succeeded (the jump host's "not pulled yet" clock
+    needs to know it wrote one). Such a dir rarely changes, so it is walked again only when
+    its own mtime does: a poll costs one stat per finished job, not a walk."""
+    if not ckpt_dir:
+        return None
+    try:
+        st = os.stat(ckpt_dir)
+    except OSError:
+        return None
+    key = [st.st_ino, st.st_mtime_ns]
+    hit = cache.get(ckpt_dir)
+    if hit is None or hit[0] != key:
+        hit = [key, newest_checkpoint(ckpt_dir)]
+    cache[ckpt_dir] = hit
+    return hit[1]  # type: ignore[no-any-return]
+
+
 def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     """The probe's ``queue`` section: every queue, bounded, with log bytes per cursor."""
     root = root_dir(request.get("queue_root"))
     cursors = request.get("logs") or {}
     readers = session.state.setdefault("queue_readers", {})
     out: Dict[str, Any] = {"root": root, "queues": {}}
+    # Rebuilt every probe from the dirs still listed, so it never outgrows the job list.
+    old_ckpts = session.state.get("finished_checkpoints") or {}
+    ckpts: Dict[str, Any] = {}
     for name in list_queues(root):
         qdir = queue_dir(root, name)
         if name not in readers:
@@ -301,9 +347,15 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
             if job["state"] in ACTIVE_STATES:
                 job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+            elif job["state"] == "succeeded" and job.get("ckpt_dir"):
+                ckpt_dir = str(job["ckpt_dir"])
+                if ckpt_dir in old_ckpts:
+                    ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
+                job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
         slurm_telemetry.attach(root, qdir, view["jobs"], events=readers[name].events,
                                request=request, session_state=session.state)
         out["queues"][name] = view
+    session.state["finished_checkpoints"] = ckpts
     return {"queue": out}
 
 
@@ -396,16 +448,73 @@ def _cmd_add(argv: List[str]) -> int:
             return queue_slurm.emit_error(exc)
         _emit(doc)
         return 0 if doc.get("ok") else 1
-    ev = _append_request(root, queue, "added", name=args.name, argv=cmd, cwd=cwd,
-                         env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
-                         retry_on_exit=args.retry_on_exit, outputs=args.output,
-                         durable_dir=args.durable_dir, front=args.front,
-                         vram_mib=args.vram_mib)
-    doc = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]), "seq": ev["seq"]}
-    if not args.no_start:
-        doc["runner"] = start_runner(root, queue, args.idle_exit)
+    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=_parse_env(args.env), gpus=args.gpus,
+                  retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
+                  durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib)
+    doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     _emit(doc)
-    return 0
+    return 0 if doc["ok"] else 1
+
+
+def _not_recorded(queue: str, exc: OSError) -> Dict[str, Any]:
+    why = exc.describe() if isinstance(exc, WriteFailed) else (
+        f"{type(exc).__name__}: {exc}; nothing was recorded")
+    return {"ok": False, "recorded": False, "queue": queue, "error": why,
+            "fix": "free space on the box's filesystem (df -h; df -i), then add the job again"
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "see the error, then add again"}
+
+
+def add_job(root: str, queue: str, fields: Dict[str, Any], *, start: bool = True,
+            idle_exit: Optional[float] = None) -> Dict[str, Any]:
+    """Record a job, and answer ok only when a live runner will see it (issue 18).
+
+    Either the job is recorded and ok (a runner holds the lock while the event is written,
+    or one was started after it), or it is not recorded and the answer says why and the fix.
+    The one answer in between, recorded but no runner could start, says so (``recorded``) so
+    that nobody adds it twice.
+    """
+    qdir = queue_dir(root, queue)
+    runner: Dict[str, Any] = {}
+    try:
+        if start:
+            # A runner first: starting one needs a file (runner.env.json), which a full disk
+            # or inode table refuses before anything of the job is written.
+            runner = start_runner(root, queue, idle_exit)
+            if not runner.get("running"):
+                return {"ok": False, "recorded": False, "queue": queue, "runner": runner,
+                        "error": "no queue runner could be started, so the job was not added",
+                        "fix": f"read {os.path.join(qdir, 'runner.log')} on the box"}
+        writer = EventWriter(qdir)
+    except OSError as exc:
+        return _not_recorded(queue, exc)
+    try:
+        writer.lock()
+        try:
+            ev = writer.append_locked("added", {**fields, "job": writer.next_job_id_locked()})
+            # Under the events lock a runner cannot decide to leave (Runner.try_exit takes
+            # it too): one that holds its lock now will read this event.
+            seen = runner_alive(qdir)
+        finally:
+            writer.unlock()
+    except OSError as exc:
+        return _not_recorded(queue, exc)
+    finally:
+        writer.close()
+    doc: Dict[str, Any] = {"ok": True, "recorded": True, "queue": queue, "job": ev["job"],
+                           "seq": ev["seq"]}
+    if start and not seen:
+        try:
+            runner = start_runner(root, queue, idle_exit)
+        except OSError as exc:
+            runner = {"running": False, "error": f"{type(exc).__name__}: {exc}"}
+        if not runner.get("running"):
+            doc.update(ok=False, error=f"job {ev['job']} is recorded but no runner is running "
+                       "to start it (do not add it again)",
+                       fix="start the queue: gpuroom-remote queue start; read "
+                       f"{os.path.join(qdir, 'runner.log')} on the box")
+    if start:
+        doc["runner"] = runner
+    return doc
 
 
 def _slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -649,3 +758,11 @@ def main(argv: List[str]) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpuroom queue {argv[0]}: {exc}\n")
         return 2
+    except OSError as exc:
+        # A request or a setting that could not be written (a full disk): said, not a
+        # traceback; WriteFailed means the file was cut back, so nothing half-written stays.
+        why = exc.describe() if isinstance(exc, WriteFailed) else f"{type(exc).__name__}: {exc}"
+        _emit({"ok": False, "recorded": False, "error": why,
+               "fix": "free space on the box's filesystem (df -h; df -i), then try again"
+               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "see the error"})
+        return 1

@@ -130,7 +130,10 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     for ev in events:
         kind = ev.get("ev")
         if kind == "slurm_added":
-            added = _new_job(ev)
+            try:
+                added = _new_job(ev)
+            except (ValueError, TypeError, KeyError):
+                continue  # a forged line (jobs run as the helper's user) names no job
             added.update({"backend": BACKEND, "position": None, "slurm_id": None,
                         "slurm_state": None, "node": None, "elapsed_s": None,
                         "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
@@ -730,11 +733,11 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
         os.makedirs(os.path.join(qdir, sub), exist_ok=True)
     writer = EventWriter(qdir)
     try:
-        # The id is the seq of the add, as for box jobs: reserve it, then write the script.
+        # The id is the next job number, as for box jobs: reserve it, then write the script.
         writer.lock()
         try:
             seq = _last_seq_and_newline(writer.fd)[0] + 1
-            job_id = f"j{seq}"
+            job_id = writer.next_job_id_locked()
             dest_base = durable_dir or root
             ckpt_dir = os.path.join(dest_base, "ckpt", queue, job_id)
             script_rel = os.path.join("slurm", f"{job_id}.sbatch")
@@ -752,7 +755,7 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
                 "name": name, "argv": argv, "cwd": cwd, "env": env, "gpus": gpus,
                 "durable_dir": durable_dir, "time": time_limit, "signal_lead_s": lead,
                 "cpus_per_task": cpus, "partition": partition, "script": script_rel,
-                "ckpt_dir": ckpt_dir, "array": array})
+                "ckpt_dir": ckpt_dir, "job": job_id, "array": array})
         finally:
             writer.unlock()
         assert ev["seq"] == seq

@@ -27,6 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from gpuroom.remote.queue_events import SIGNAL_NAME_RE
+from gpuroom.remote.vram import display_only
+
 RawSnapshot = dict[str, Any]
 
 # ----------------------------------------------------------------------------- leaf values
@@ -68,6 +71,20 @@ def text(value: Any) -> str | None:
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
+    return None
+
+
+def exact_int(value: Any) -> int | None:
+    """A JSON integer (not a bool, not a string of one); else None. An exit code is one, and
+    a string in its place is a job writing the queue's file (issue 18), not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def signal_name(value: Any) -> str | None:
+    """A signal's short name ("SIGKILL"), as remote/queue_events.py exit_fields checks it;
+    anything else (escape sequences, markup, a long text) is None."""
+    if isinstance(value, str) and SIGNAL_NAME_RE.match(value):
+        return value
     return None
 
 
@@ -324,6 +341,12 @@ class Disk(View):
         """The resolved path when the box gave one, else the path as asked."""
         return self.real_path or self.path or ""
 
+    @property
+    def missing(self) -> bool:
+        """The watched path does not exist on the box: the volume meant to be there is not
+        mounted (remote/hostinfo.py disk_facts names the OSError's class first)."""
+        return (self.error or "").startswith("FileNotFoundError")
+
     # df's arithmetic (coreutils), so the pane headed "df -h | df -i" agrees with df to the
     # point: used = total - free including reserved; Use% = used / (used + available),
     # rounded up. On ext4 the 5 % root reserve made total-based percentages tens of points
@@ -373,6 +396,12 @@ class GpuProcess(View):
     name: str | None = key(text)
     used_mib: float | None = key(number)
     comm: str | None = key(text)
+
+    @property
+    def display_only(self) -> bool:
+        """Graphics only (type G: Xorg, gnome-shell): it shares a desktop's cards without
+        being a run a job collides with (GEN7)."""
+        return display_only(self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,8 +495,8 @@ class Attempt(View):
     pid: int | None = key(integer)
     start: float | None = key(number)
     end: float | None = key(number)
-    exit_code: int | None = key(integer)
-    signal: str | None = key(text)  # the signal's name, "SIGKILL" (remote/queue_runner.py)
+    exit_code: int | None = key(exact_int)
+    signal: str | None = key(signal_name)  # its name, "SIGKILL" (remote/queue_runner.py)
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
@@ -567,6 +596,9 @@ class Job(View):
     # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
     state: str = key(lambda v: text(v) or "", old=("status",))
     reason: str | None = key(text)
+    # Why a queued box job has not started: a slot, GPUs a foreign pid holds (GEN7), the job
+    # ahead, no runner (remote/queue.py _waiting); None for any other job
+    waiting: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
@@ -622,11 +654,25 @@ class Job(View):
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRunner(View):
+    """A queue's runner, as its lock and runner.json say (remote/queue.py _runner_info)."""
+
+    alive: bool = key(flag)
+    pid: int | None = key(integer)
+    heartbeat: float | None = key(number)
+    # the last write that failed (a full disk or inode table), until one succeeds again
+    write_error: str | None = key(text)
+    # any other failure of its last tick (it backs off and retries; it never dies)
+    error: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
+    runner: QueueRunner | None = nested(QueueRunner, "maybe")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)

@@ -186,10 +186,13 @@ async def test_T_runs_teardown_only_when_safe_and_the_name_is_typed(tmp_path: Pa
                    for n in app._notifications)
 
 
-async def test_a_silent_teardown_says_it_printed_nothing(tmp_path: Path) -> None:
-    # Issue 17: "teardown_command ... finished:" ended in nothing and read as cut off.
+@pytest.mark.parametrize("prints", ["", "\x1b[0m\n\n"], ids=["nothing", "only-escapes"])
+async def test_a_silent_teardown_says_it_printed_nothing(tmp_path: Path, prints: str) -> None:
+    # Issue 17: "teardown_command ... finished:" ended in nothing and read as cut off; output
+    # that is only escape sequences is nothing too once they are stripped.
     app, fleet, marker = ops_app(tmp_path, safe=True)
-    fleet.teardown = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    fleet.teardown = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x'); "
+                      f"print({prints!r}, end='')"]
     async with app.run_test(size=(120, 36)) as pilot:
         await replayed(app, fleet, pilot)
         await open_gate(app, pilot)

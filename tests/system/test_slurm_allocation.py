@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import Any
 
 import pytest
 import tomli_w
-from fakes import replay_python
+from harness import gpubox
 from harness import slurm as slurm_harness
+from paths import FIXTURES
 
 from gpuroom.remote.slurmparse import parse_squeue
 from gpuroom.tui import config as cfg
@@ -45,24 +45,23 @@ def cluster() -> Iterator[slurm_harness.SlurmCluster]:
 def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sshd_session.reset()
-    root = sshd_session.home / "gpuroom-slurm2-test"
-    shutil.rmtree(root, ignore_errors=True)
-    python = replay_python(root, sshd_session.user)
-    # The same box, with a probe step allowed 0.3 s: every step is cut off as if it hung.
-    tight = replay_python(root, sshd_session.user, "python3-tight",
-                          GPUROOM_SLURM_PROBE_TIMEOUT_S="0.3")
-    path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({
-        "settings": {"ssh_config": str(sshd_session.ssh_config)},
-        "hosts": {"box": {"ssh": sshd_session.alias, "profile": "slurm",
-                          "python": str(python)},
-                  "tight": {"ssh": sshd_session.alias, "profile": "slurm",
-                            "python": str(tight)}}}).encode())
-    path.chmod(0o600)
-    assert main(["--config", str(path), "queue", "config", "box", "--slurm-conf",
-                 str(cluster.conf)]) == 0
-    yield path
-    cluster.cancel_all()
+    # "tight" is the same box with a probe step allowed 0.3 s: every step is cut off as if
+    # it hung.
+    with gpubox.gpu_python(sshd_session, FIXTURES, "gpuroom-slurm2-test") as python, \
+            gpubox.gpu_python(sshd_session, FIXTURES, "gpuroom-slurm2-tight",
+                              extra_env={"GPUROOM_SLURM_PROBE_TIMEOUT_S": "0.3"}) as tight:
+        path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
+        path.write_bytes(tomli_w.dumps({
+            "settings": {"ssh_config": str(sshd_session.ssh_config)},
+            "hosts": {"box": {"ssh": sshd_session.alias, "profile": "slurm",
+                              "python": str(python)},
+                      "tight": {"ssh": sshd_session.alias, "profile": "slurm",
+                                "python": str(tight)}}}).encode())
+        path.chmod(0o600)
+        assert main(["--config", str(path), "queue", "config", "box", "--slurm-conf",
+                     str(cluster.conf)]) == 0
+        yield path
+        cluster.cancel_all()
     sshd_session.reset()
 
 

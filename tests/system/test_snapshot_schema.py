@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import replay_python
+from harness import gpubox
+from harness.boxenv import probe_with_a_broken_section
 
-from gpuroom.remote import kernel
-from gpuroom.remote.probe import ProbeSession
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
@@ -39,18 +37,14 @@ def missing(origin: Origin, docs: list[Any]) -> set[str]:
 
 
 @pytest.fixture
-def gpu_python(sshd_box: Any) -> Iterator[Path]:
-    """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
-    its environment (tests/fakes replay_python)."""
-    root = sshd_box.home / "gpuroom-schema-test"
-    shutil.rmtree(root, ignore_errors=True)
-    wrapper = replay_python(root, sshd_box.user)
+def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
+    """hosts.toml's ``python`` for the box with the GPU replay (tests/harness/gpubox.py)."""
     try:
-        yield wrapper
+        with gpubox.gpu_python(sshd_box, fixtures, "gpuroom-schema-test") as wrapper:
+            yield wrapper
     finally:
         # The runner lives in the test user's tmux server, outside sshd's tree: end it here.
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def _queue(link: HostLink, *args: str) -> dict[str, Any]:
@@ -99,18 +93,7 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
     assert snap["gpu_source"] == "nvidia-smi", snap["gpu_error"]  # the replay answered
     assert missing("probe", [snap]) == set()
     # A missing mount is one failure path; a collector that raises is the other.
-    broken = _probe_with_a_broken_section(monkeypatch)
+    broken = probe_with_a_broken_section(monkeypatch)
     assert [e["section"] for e in broken["errors"]] == ["kernel"]
     assert missing("failure", [snap, broken]) == set()
 
-
-def _probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    def broken(session: Any, request: dict[str, Any]) -> dict[str, Any]:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(kernel, "collect", broken)
-    session = ProbeSession()
-    try:
-        return session.snapshot({})
-    finally:
-        session.close()

@@ -16,10 +16,12 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
+from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
-from gpuroom.tui.sanitize import display_line, sanitize_line
+from gpuroom.tui.sanitize import display_line
 from gpuroom.tui.snapshot import read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
@@ -51,6 +53,7 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--partition")
     p.add_argument("--array", help="Slurm job array: 0-9%%2 runs tasks 0..9, two at a time; "
                    "task 3 is then job jN_3 for logs and kill")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(add_parser=p)
     p = qsub.add_parser("config", help="the queue's settings on a host (Slurm: SLURM_CONF, "
@@ -61,13 +64,16 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--time")
     p.add_argument("--signal-lead", type=int)
     p.add_argument("--cpus-per-task", type=int)
-    p = qsub.add_parser("ls", help="every job, attempt, exit code and duration")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("ls", help="every job, attempt, exit code and duration, and why a "
+                        "queued job waits")
     p.add_argument("host")
     p.add_argument("--json", action="store_true")
     for verb in ("kill", "relaunch"):
         p = qsub.add_parser(verb)
         p.add_argument("host")
         p.add_argument("job")
+        p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
@@ -150,13 +156,11 @@ async def _run(args: argparse.Namespace) -> int:
             opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
         if args.queue_cmd == "ls":
             doc = _json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
             if args.json:
@@ -168,13 +172,50 @@ async def _run(args: argparse.Namespace) -> int:
             doc = _json_or_fail(args.host, args.queue_cmd,
                                 await link.helper("queue", args.queue_cmd, args.job,
                                                   timeout_s=180.0))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
         if args.queue_cmd == "logs":
             return await _logs(link, args)
         return 2
     finally:
         await fleet.close()
+
+
+def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """The box's answer to add/config/kill/relaunch: JSON with --json, else one line."""
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        ok = bool(doc.get("ok"))
+        print_line(answer_text(args.queue_cmd, args.host, doc), "" if ok else "red", err=not ok)
+    return 0 if doc.get("ok") else 1
+
+
+def answer_text(verb: str, host: str, doc: dict[str, Any]) -> str:
+    """One line for a person (issue 17): what happened to which job, or what failed and
+    the fix. Box text in it is made inert by the printer (tables.print_line)."""
+    job = str(doc.get("job") or "")
+    queue = str(doc.get("queue") or "default")
+    if doc.get("result") == "rejected":
+        why = (doc.get("event") or {}).get("why") or doc.get("why") or doc.get("error") \
+            or "nothing to do"
+        return f"{host}: {job} not {verb}ed: {why}"
+    if not doc.get("ok"):
+        why = str(doc.get("error") or (doc.get("event") or {}).get("why")
+                  or doc.get("why") or doc.get("result") or "the box said no")
+        fix = doc.get("fix")
+        what = f"{verb} {job}".strip()
+        return with_fix(f"{host}: {what} failed: {why}", str(fix) if fix else None)
+    if verb == "add":
+        where = f"Slurm job {doc['slurm_id']}" if doc.get("slurm_id") else f"queue {queue}"
+        return f"{host}: added {job} to {where}"
+    if verb == "config":
+        return f"{host}: queue {queue} configured"
+    result = str(doc.get("result") or "")
+    event = doc.get("event") or {}
+    if verb == "kill":
+        how = event.get("sent") or event.get("was")
+        return f"{host}: {job} killed" + (f" ({how})" if how else "")
+    return f"{host}: {job} {result or 'requeued'}: the same command runs as a new attempt"
 
 
 async def _logs(link: Any, args: argparse.Namespace) -> int:
@@ -201,17 +242,12 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
 
 
 def _print_jobs(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     view = read_queue_view(doc)
-    table = Table(title=sanitize_line(f"queue {view.name}"))
     slurm = any(job.slurm_id for job in view.jobs)
-    for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
-        table.add_column(col)
-    if slurm:
-        table.add_column("slurm")
+    waiting = any(job.waiting for job in view.jobs)
+    columns = ["id", "name", "state", "attempts", "exit", "duration", "command"]
+    extra = [*(["waits for"] if waiting else []), *(["slurm"] if slurm else [])]
+    table = box_table(f"queue {view.name}", [*columns, *extra])
     for job in view.jobs:
         last = job.last_attempt
         exit_text = "-"
@@ -220,20 +256,23 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         elif last is not None and last.signal:
             exit_text = f"sig {last.signal}"
         duration = last.duration if last is not None else None
-        # Text() keeps job-provided strings from being read as rich markup.
-        cells: list[Text | str] = [Text(sanitize_line(job.id)),
-                 Text(sanitize_line(job.name or "")),
-                 Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
-                 fmt_age(duration),
-                 Text(fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH))]
+        cells: list[Cell] = [job.id, job.name or "", job.state, len(job.attempts), exit_text,
+                             fmt_age(duration),
+                             fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
+        if waiting:
+            cells.append(job.waiting or "")
         if slurm:
-            cells.append(Text(display_line(slurm_summary(job).encode())))
-        table.add_row(*cells)
-    console = Console()
-    console.print(table)
+            cells.append(display_line(slurm_summary(job).encode()))
+        add_row(table, cells)
+    print_table(table)
+    runner = view.runner
+    if runner is not None and runner.write_error:
+        print_line(f"the runner cannot write: {runner.write_error}", "bold red")
+    if runner is not None and runner.error:
+        print_line(f"the runner keeps failing (it retries): {runner.error}", "bold red")
     # A line of the events file the queue skipped is a job or a full disk at work: said.
     for warning in view.warnings:
-        console.print(Text(f"warning: {sanitize_line(warning)}", style="yellow"))
+        print_line(f"warning: {warning}", "yellow")
 
 
 def cmd_queue(args: argparse.Namespace) -> int:

@@ -60,6 +60,10 @@ class FleetAPI(Protocol):
 
     async def gate(self, host: str) -> GateResult: ...
 
+    def pull_records(self) -> list[dict[str, Any]]:
+        """The pull records the gate reads (pulls.json), for the danger clock."""
+        ...
+
     def teardown_argv(self, host: str) -> list[str] | None:
         """The user's own teardown command for the host, if hosts.toml gives one."""
         ...
@@ -191,6 +195,9 @@ class StaticFleet(PendingLedger):
 
     async def gate(self, host: str) -> GateResult:
         raise FleetError(f"{host}: this is a recording; the gate needs the live box")
+
+    def pull_records(self) -> list[dict[str, Any]]:
+        return []  # a recording has no pulls of its own
 
     def teardown_argv(self, host: str) -> list[str] | None:
         return None

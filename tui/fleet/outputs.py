@@ -20,7 +20,14 @@ from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job, read_queue_view, read_snapshot, with_jobs
 from gpuroom.tui.transport.link import HostLink, LinkError
-from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull, take_manifest
+from gpuroom.tui.transport.pull import (
+    Progress,
+    PullResult,
+    load_records,
+    pull,
+    state_file,
+    take_manifest,
+)
 
 
 def pull_root(host: HostConfig, to: str | None = None) -> Path:
@@ -105,3 +112,30 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
     if not result.manifest_complete:
         lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
     return [sanitize_line(line) for line in lines]
+
+
+class PullRecords:
+    """The pull records (pulls.json) for the danger clock, re-read only when the file
+    changes: a `gpuroom pull` in another terminal counts as soon as it is written."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = state_file(path)
+        self._seen: tuple[int, int] | None = None
+        self._records: list[dict[str, Any]] = []
+
+    def current(self) -> list[dict[str, Any]]:
+        """The records as the file holds them now; none when it is missing or unreadable
+        (the clock then says "not pulled", the safe side; the gate reports the file)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._seen, self._records = None, []
+            return []
+        key = (st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                self._records = load_records(self.path)
+            except (GpuroomError, OSError):
+                self._records = []
+            self._seen = key
+        return self._records

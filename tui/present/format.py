@@ -9,6 +9,7 @@ nvitop's bytes2human); counts are decimal ("16K", as df -hi). Pure; a value not 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from gpuroom.tui.errors import FIX_CLAUSE
@@ -65,18 +66,24 @@ def fmt_whole(v: float | None, unit: str = "", missing: str = NA) -> str:
     return missing if v is None else f"{v:.0f}{unit}"
 
 
-def fmt_age(seconds: float | None) -> str:
-    """Compact, for table cells: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s."""
+def fmt_age(seconds: float | None, *, ticking: bool = False) -> str:
+    """Compact, for table cells: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s.
+    ``ticking``: seconds shown under an hour (3m07s), for an age redrawn every second."""
     if seconds is None:
         return NA
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m"
+        return f"{s // 60}m{s % 60:02d}s" if ticking else f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def fmt_clock(epoch_s: float) -> str:
+    """A moment in local time, to the second: 2026-11-23 18:53:20."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
 
 
 def fmt_duration(seconds: float) -> str:
@@ -94,6 +101,11 @@ def fmt_duration(seconds: float) -> str:
 def fmt_hours(seconds: float | None) -> str:
     """Billed or up time in hours: 4.0h."""
     return NA if seconds is None else f"{seconds / 3600:.1f}h"
+
+
+def fmt_utc(epoch: float) -> str:
+    """A moment for findings, independent of this machine's zone: 2026-11-24 12:03:04 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
 def fmt_mmss(seconds: float) -> str:

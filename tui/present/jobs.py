@@ -66,6 +66,13 @@ class JobRow:
     # The queue records a signalled end as exit_code None and the signal's name
     # (remote/queue_runner.py), so the exit column alone read "-" for a SIGKILLed job.
     signal: str = ""
+    # Why a queued job waits (a slot, GPUs held by pid N (GEN7), the job ahead, no runner)
+    waiting: str = ""
+
+    @property
+    def state_text(self) -> str:
+        """The state, and for a waiting job why it waits: "queued: GPU 0 held by pid 7"."""
+        return f"{self.state}: {self.waiting}" if self.waiting else self.state
 
     @property
     def ended_by(self) -> str:
@@ -119,6 +126,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 pending=pend,
                 slurm=slurm_summary(j),
                 signal=fmt_text(last.signal) if last is not None else "",
+                waiting=fmt_text(j.waiting),
             )
         )
         for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i

@@ -12,7 +12,8 @@ box whose queue has finished.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import posixpath
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from gpuroom.tui.rules.doctor import (
     Severity,
     walltime_left,
 )
+from gpuroom.tui.rules.gate import Record, job_pull
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Gpu, Job, Snapshot
 
@@ -163,18 +165,37 @@ def _timer_severity(left: float, warn: float = TIMER_WARN_S,
     return "warn" if left <= warn else "info"
 
 
-def _has_checkpoints(job: Job) -> bool:
-    return job.checkpoint is not None or bool(job.ckpt_dir)
+def box_outputs(job: Job) -> list[dict[str, Any]]:
+    """What a poll shows of a job's checkpoint dir, as manifest-like entries for
+    ``job_pull``: its newest file (the probe looks in the dir of every running and finished
+    job), or nothing when the job wrote none."""
+    c = job.checkpoint
+    if c is None or not c.path:
+        return []
+    path = c.path
+    if job.ckpt_dir and path.startswith(job.ckpt_dir.rstrip("/") + "/"):
+        path = posixpath.relpath(path, job.ckpt_dir)  # pull records name files under the dir
+    return [{"path": path, "kind": "file", "size": c.size, "mtime": c.mtime}]
 
 
 def _synced(job: Job) -> bool:
     return job.sync is not None and job.sync.state == "synced"
 
 
+def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> list[Job]:
+    """Finished work still only on the box: a succeeded job that wrote a checkpoint which
+    neither a pull (the records the teardown gate reads) nor its durable sync (U33) took
+    home. A job that died wants a relaunch (the doctor says why), not a pull."""
+    return [j for j in jobs if j.state == "succeeded" and not _synced(j)
+            and job_pull(host, j.id, box_outputs(j), records).needs_pull]
+
+
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
                 price_per_hour: float | None = None, rented_at: float | None = None,
-                tracker: IdleTracker | None = None) -> list[ClockItem]:
-    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from."""
+                tracker: IdleTracker | None = None,
+                records: Sequence[Record] = ()) -> list[ClockItem]:
+    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from.
+    ``records`` are the pull records (pulls.json), read by the caller."""
     if snap is None:
         return []
     out: list[ClockItem] = []
@@ -228,9 +249,7 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
                                  f"if stopped, released after {fmt_duration(clock.seconds)}: "
                                  f"{clock.text}", float(clock.seconds)))
     if jobs and all(j.state in FINAL_STATES for j in jobs):
-        # A job that died wants a relaunch (the doctor says why), not a pull: only finished work.
-        unpulled = [j for j in jobs if j.state == "succeeded" and _has_checkpoints(j)
-                    and not _synced(j)]
+        unpulled = unpulled_jobs(host, jobs, records)
         if unpulled:
             out.append(ClockItem(
                 host, "unpulled", "warn",
@@ -272,6 +291,6 @@ def banner_lines(findings: Iterable[Finding], clock_items: Iterable[ClockItem],
 
 
 __all__ = [
-    "ClockItem", "IdleTracker", "banner_lines", "billed_seconds", "gpu_idle", "host_clocks",
-    "is_idle", "walltime_left",
+    "ClockItem", "IdleTracker", "banner_lines", "billed_seconds", "box_outputs", "gpu_idle",
+    "host_clocks", "is_idle", "unpulled_jobs", "walltime_left",
 ]

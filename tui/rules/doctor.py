@@ -7,7 +7,9 @@ id (U7, GEN8, ...: docs/GOTCHAS.md), what was seen with its numbers, and the fix
 A failed poll is never a dead run (GEN8): a host that did not answer gets one finding saying
 so and nothing is concluded from its old snapshot. A job that was running and is gone is
 explained by the strongest evidence first (U3's ladder): reboot, cgroup OOM, kernel OOM line
-naming its pid, a lost GPU, and only then a signal or a kill.
+naming its pid, a lost GPU, and only then a signal or a kill. A kill the user asked for
+(``queue kill``, the room's K) is recorded in the queue and needs no ladder: it says so. A
+kernel log the helper could not read is said, not taken as clean (U44).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Literal
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text
+from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
-from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, SlurmRun, Snapshot
+from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
@@ -48,6 +50,9 @@ INODE_CRIT_PCT = 99.0
 BYTES_CRIT_PCT = 95.0
 BYTES_LOW_PCT = 90.0
 TMP_SUFFIXES = (".tmp", ".partial", ".part")
+# U44: a failed section's name and error are the box's words, bounded for a finding.
+SECTION_NAME_MAX = 40
+SECTION_ERROR_MAX = 300
 # Xid codes U22 calls a dead GPU: 48 double-bit ECC, 79 fallen off the bus.
 DEAD_GPU_XIDS = frozenset({48, 79})
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -123,7 +128,17 @@ FIX = {
     "SLURM5": "requeue territory: requeue the job (--requeue, or relaunch it) and resume from "
               "the last checkpoint, which must be on the shared FS (/scratch/$USER): "
               "node-local $TMPDIR is wiped when the job ends",
+    "U44": "read the error: until it is fixed, what that part of the box would show is unseen; "
+           "`gpuroom probe HOST` prints the helper's own report (errors[].trace)",
 }
+
+# U44 for the kernel log: what makes dmesg readable to the helper's user.
+KERNEL_BLIND_FIX = ("as root on the box: sysctl -w kernel.dmesg_restrict=0 (persist it in "
+                    "/etc/sysctl.d/), or run the helper as a user in group adm; a rental that "
+                    "allows neither leaves Xid and OOM detection off")
+# A kill the queue recorded as asked for: nothing to diagnose.
+KILLED_FIX = ("nothing to diagnose, the kill was asked for: relaunch it (R, or gpuroom queue "
+              "relaunch HOST JOB) if it should run again")
 
 
 def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> Finding:
@@ -231,6 +246,11 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
                     and new.slurm_state in SLURM_END_IDS):
                 out.append(_ended_finding(host, label, new, ended, old))
             continue  # a final state a SLURM gotcha explains is slurm_findings' steady finding
+        if ended is not None and ended.end_reason == "killed":
+            # The queue's own record (kill_requested answered by killed) is the strongest
+            # evidence there is: no OOM or signal guess may replace it.
+            out.append(_killed_finding(host, label, ended))
+            continue
         old_a = _attempt(old)
         pid = old_a.pid if old_a is not None else None
         oom_lines = [e for e in events if e.kind == "oom" and pid is not None and e.pid == pid]
@@ -259,7 +279,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
                 "U22", "critical", host, f"{label} died: {what}, the GPU is dead",
                 e.line or what))
         else:
-            out.append(_ended_finding(host, label, new, ended))
+            out.append(_ended_finding(host, label, new, ended, kernel=snap.kernel))
     if rebooted and not explained_reboot:
         out.append(_finding(
             "GEN6", "info", host, "the box rebooted (no job was running)",
@@ -267,33 +287,55 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[
     return out
 
 
+def _killed_finding(host: str, label: str, ended: Attempt) -> Finding:
+    """A job gpuroom killed because the user asked (queue kill, K)."""
+    seen = ["the queue recorded a kill request and gpuroom's runner ended the job"]
+    if ended.end is not None:
+        seen.append(f"at {fmt_utc(ended.end)} (the box's clock)")
+    if ended.signal:
+        seen.append(f"by {ended.signal}")
+    if ended.duration is not None:
+        seen.append(f"after {fmt_duration(ended.duration)}")
+    return Finding("U3", "info", host, f"{label} was killed on request (by gpuroom)",
+                   " ".join(seen), KILLED_FIX)
+
+
+def _not_seen(kernel: Kernel | None) -> str:
+    """What the ladder ruled out: with the kernel log unreadable, OOM and Xid are unknown."""
+    if kernel is None or kernel.readable:
+        return "no reboot, OOM or Xid seen"
+    why = f" ({kernel.detail})" if kernel.detail else ""
+    return f"no reboot seen; kernel log unreadable{why}, so an OOM kill or Xid is not ruled out"
+
+
 def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None,
-                   old: Job | None = None) -> Finding:
-    """The bottom of the ladder: no reboot, no OOM, no Xid seen. A Slurm job comes here
-    directly: back in the queue with the same Slurm id it was requeued, not ended."""
+                   old: Job | None = None, *, kernel: Kernel | None = None) -> Finding:
+    """The bottom of the ladder: no reboot, no OOM, no Xid seen (or, as ``kernel`` says, the
+    kernel log could not be read). A Slurm job comes here directly: back in the queue with
+    the same Slurm id it was requeued, not ended."""
     reason = ended.end_reason if ended is not None else None
     signal = ended.signal if ended is not None else None
     code = ended.exit_code if ended is not None else None
+    not_seen = _not_seen(kernel)
     if new is None:
         return _finding("U3", "warn", host, f"{label} is gone from the queue",
-                        "no reboot, OOM or Xid seen; the job is no longer listed")
+                        f"{not_seen}; the job is no longer listed")
     if new.is_slurm and new.state == "queued" and (old is None or new.slurm_id == old.slurm_id):
         return _requeued_finding(host, label, old, new)
     if new.is_slurm and reason == "CANCELLED":
         return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
                         f"Slurm job {new.slurm_id} CANCELLED")
-    if reason == "killed":
-        return _finding("U3", "info", host, f"{label} was killed on request",
-                        f"end_reason killed, signal {signal}")
+    if reason == "killed" and ended is not None:
+        return _killed_finding(host, label, ended)
     if signal:
         return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
-                        "no reboot, OOM or Xid seen: a manual kill (pkill matching more than "
-                        "intended) or an SSH HUP")
+                        f"{not_seen}: a manual kill (pkill matching more than intended) or an "
+                        "SSH HUP")
     if reason == "vanished":
         return _finding("U3", "warn", host, f"{label} vanished",
                         f"the wrapper died without recording an exit ({new.reason})")
     return _finding("U3", "warn", host, f"{label} exited with code {code}",
-                    "no reboot, OOM or Xid seen: read the log tail for the error")
+                    f"{not_seen}: read the log tail for the error")
 
 
 # ------------------------------------------------------------------------------- Slurm
@@ -472,7 +514,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                         f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
-        pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
+        pids = sorted({p.pid for p in gpu.processes if p.pid is not None
+                       and not p.display_only})
         if len(pids) >= 2:
             out.append(_finding(
                 "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
@@ -666,6 +709,63 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
     return out
 
 
+def missing_mount_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
+    """A mount the host's profile says to watch that is not there (principle 4, U7): what is
+    written to that path lands on whatever disk holds its parent, which may not survive."""
+    if profile is None:
+        return []
+    expected = {m.path: m for m in profile.mounts}
+    out: list[Finding] = []
+    for d in snap.disks:
+        mount = expected.get(d.path or "")
+        if mount is None or not d.missing:
+            continue
+        name = profile.title or profile.platform
+        out.append(Finding(
+            "U7", "warn", host,
+            f"{mount.path}: not mounted, but the {name} profile expects its {mount.role} there",
+            f"{mount.path}: {d.error}; the profile says: {mount.note or mount.role}",
+            f"attach or mount the {mount.role} at {mount.path} before writing checkpoints; "
+            "if this box keeps it elsewhere, add that path to the host's mounts in hosts.toml"))
+    return out
+
+
+def queue_write_findings(host: str, snap: Snapshot) -> list[Finding]:
+    """A queue runner whose writes fail (a full disk or inode table, issue 18): it lives and
+    backs off, but no job starts or ends on the record until space is freed (U7)."""
+    out: list[Finding] = []
+    for q in snap.queue.queues if snap.queue is not None else ():
+        error = q.runner.write_error if q.runner is not None else None
+        if error:
+            out.append(_finding("U7", "critical", host,
+                                f"queue {q.name}: the runner cannot write its files", error))
+    return out
+
+
+# ------------------------------------------------------------------------------- blind spots
+
+def blind_findings(host: str, snap: Snapshot) -> list[Finding]:
+    """U44: what the helper could not look at is said, so "nothing seen" is not read as
+    "nothing wrong". One finding per section whose collector failed (the probe's errors[]),
+    and one for a kernel log it was refused (dmesg_restrict), which blinds U3's ladder and
+    the Xid checks (U22)."""
+    out: list[Finding] = []
+    for e in snap.errors:
+        section = (e.section or "?")[:SECTION_NAME_MAX]
+        out.append(_finding(
+            "U44", "warn", host, f"the helper's {section!r} section failed on the box",
+            (e.error or "no error text")[:SECTION_ERROR_MAX]))
+    kernel = snap.kernel
+    failed = {e.section for e in snap.errors}
+    if "kernel" in snap.sections and "kernel" not in failed and not kernel.readable:
+        why = f"kernel log {kernel.log or 'not read'}" + (
+            f": {kernel.detail}" if kernel.detail else "")
+        out.append(Finding("U44", "info", host,
+                           "kernel log unreadable: Xid and OOM-kill detection is blind",
+                           why[:SECTION_ERROR_MAX], KERNEL_BLIND_FIX))
+    return out
+
+
 # ------------------------------------------------------------------------------- entry points
 
 def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
@@ -684,7 +784,10 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += gpu_findings(host, prev, snap)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
+    out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
+    out += queue_write_findings(host, snap)
+    out += blind_findings(host, snap)
     out += job_node_findings(host, prev, snap, profile)
     return sort_findings(out)
 
@@ -736,7 +839,7 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 
 __all__ = [
-    "FIX", "Finding", "Severity", "diagnose", "diagnose_fleet", "disk_findings",
+    "FIX", "Finding", "Severity", "blind_findings", "diagnose", "diagnose_fleet", "disk_findings",
     "gpu_findings", "job_findings", "job_node_findings", "link_findings", "slurm_findings",
     "sort_findings", "vanished_findings", "walltime_left", "worst",
 ]

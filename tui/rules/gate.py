@@ -3,10 +3,15 @@
 Pure: it reads the latest snapshot, the box's current manifests of each job's checkpoint dir
 and the pull records, and answers a checklist. gpuroom never stops or deletes anything on
 its own; "safe" only lets the user's own teardown step be offered.
+
+``job_pull`` is the one answer to "are this job's outputs home?": the gate asks it with the
+box's full manifest, the danger clock (tui/rules/clock.py) with what a poll shows of the dir,
+so the two never disagree about a pull the user made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +52,72 @@ def _queue_item(snapshot: Snapshot | None) -> GateItem:
     return GateItem(name, True, f"{len(snapshot.jobs)} jobs, all final")
 
 
-def _latest_record(records: list[dict[str, Any]], host: str, job: str) -> dict[str, Any] | None:
+Record = Mapping[str, Any]  # one entry of pulls.json (tui/transport/pull.py record_pull)
+
+
+def _latest_record(records: Sequence[Record], host: str, job: str) -> Record | None:
     mine = [r for r in records if r.get("host") == host and str(r.get("job")) == job]
     return max(mine, key=lambda r: float(r.get("time") or 0)) if mine else None
 
 
-def evaluate(host: str, snapshot: Snapshot | None, records: list[dict[str, Any]],
+@dataclass(frozen=True)
+class JobPull:
+    """One job's files on the box against its latest pull record."""
+
+    job: str
+    files: int  # files in the job's checkpoint dir on the box
+    record: Record | None
+    pulled: tuple[tuple[str, Record], ...]  # (path, the record's entry) of each file home
+    stale: tuple[str, ...]  # on the box, and not home as it is there now
+
+    @property
+    def needs_pull(self) -> bool:
+        """Something on the box is not home: never pulled, or written since the pull."""
+        return self.files > 0 and (self.record is None or bool(self.stale))
+
+
+def _home(entry: Mapping[str, Any], got: Record | None, pulled_at: float | None) -> bool:
+    """Is the box's file ``entry`` the one the record ``got`` says was pulled?
+
+    A manifest entry carries its sha256: equal hashes or not home. A poll's entry carries
+    size and mtime only: the same size, and not modified after the pull (a box clock ahead
+    of this one can only make it say "not pulled", never hide a file).
+    """
+    if got is None:
+        return False
+    if "sha256" in entry:
+        return bool(got.get("sha256") == entry["sha256"])
+    size = entry.get("size")
+    if size is not None and got.get("size") != size:
+        return False
+    mtime = entry.get("mtime")
+    return mtime is None or pulled_at is None or float(mtime) <= pulled_at
+
+
+def job_pull(host: str, job: str, entries: Sequence[Mapping[str, Any]],
+             records: Sequence[Record]) -> JobPull:
+    """Which of ``entries`` (the box's files of ``job``'s checkpoint dir, paths relative to
+    it) the pull records have home; no files means nothing to pull."""
+    files = [e for e in entries if e.get("kind") == "file"]
+    record = _latest_record(records, host, job)
+    if record is None:
+        return JobPull(job, len(files), None, (), tuple(str(e.get("path")) for e in files))
+    have = {f.get("path"): f for f in record.get("files") or [] if isinstance(f, Mapping)}
+    time_ = record.get("time")
+    pulled_at = float(time_) if isinstance(time_, (int, float)) else None
+    pulled: list[tuple[str, Record]] = []
+    stale: list[str] = []
+    for e in files:
+        path = str(e.get("path"))
+        got = have.get(e.get("path"))
+        if got is not None and _home(e, got, pulled_at):
+            pulled.append((path, got))
+        else:
+            stale.append(path)
+    return JobPull(job, len(files), record, tuple(pulled), tuple(stale))
+
+
+def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
              job_outputs: dict[str, list[dict[str, Any]] | None],
              expected_helper_sha: str | None = None) -> GateResult:
     """The checklist for one host.
@@ -68,25 +133,20 @@ def evaluate(host: str, snapshot: Snapshot | None, records: list[dict[str, Any]]
         if entries is None:
             missing.append(f"{job} (its outputs could not be listed)")
             continue
-        files = [e for e in entries if e.get("kind") == "file"]
-        if not files:
+        state = job_pull(host, job, entries, records)
+        if not state.files:
             continue
-        record = _latest_record(records, host, job)
-        if record is None:
+        if state.record is None:
             missing.append(job)
             continue
-        have = {f.get("path"): f for f in record.get("files") or []}
-        for e in files:
-            got = have.get(e["path"])
-            if got is None or got.get("sha256") != e.get("sha256"):
-                # Written or changed on the box since the pull: the local copy is not it.
-                stale.append(f"{job}/{e['path']}")
-                continue
+        # Written or changed on the box since the pull: the local copy is not it.
+        stale += [f"{job}/{path}" for path in state.stale]
+        for path, got in state.pulled:
             pulled_files += 1
             if got.get("verified_by") not in ("hash", "load"):
-                unverified.append(f"{job}/{e['path']}")
-            if str(e["path"]).endswith(TORCH_SUFFIXES) and got.get("verified_by") != "load":
-                not_loaded.append(f"{job}/{e['path']}")
+                unverified.append(f"{job}/{path}")
+            if path.endswith(TORCH_SUFFIXES) and got.get("verified_by") != "load":
+                not_loaded.append(f"{job}/{path}")
     items.append(GateItem("every job's outputs pulled", not missing,
                           "not pulled: " + ", ".join(missing) if missing else
                           f"{len(job_outputs)} jobs checked"))

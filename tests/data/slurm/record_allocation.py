@@ -27,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fakes import NVIDIA_SMI, SMI_CAPTURES  # noqa: E402
+from fakes import NVIDIA_SMI  # noqa: E402
+from harness.gpubox import SMI_CAPTURES  # noqa: E402
 from harness.slurm import SlurmCluster, missing_requirements  # noqa: E402
 from paths import FIXTURES  # noqa: E402
 from record_session import jobs_of, recorder_line, remote  # noqa: E402

@@ -55,7 +55,9 @@ def test_walltime_hook_only_for_slurm_jobs_with_a_limit() -> None:
 
 
 def test_unpulled_checkpoints_on_a_finished_queue() -> None:
-    done = rec.ended(rec.job(), "succeeded", T, exit_code=0)
+    # The helper reports a finished job's newest checkpoint as it does a running one's.
+    done = dict(rec.ended(rec.job(), "succeeded", T, exit_code=0),
+                checkpoint=rec.job()["checkpoint"])
     items = host_clocks("d", view(rec.snapshot(T, jobs=[done])), None, T)
     assert _kinds(items).get("unpulled") == "warn"
     synced = dict(done, sync={"state": "synced"})

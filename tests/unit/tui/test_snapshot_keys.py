@@ -140,6 +140,11 @@ SEEN = sorted(keys_seen(Snapshot, real_documents()))
 ELSEWHERE = {
     "queue.queues{}.jobs[].attempts[].boot_id", "queue.queues{}.jobs[].attempts[].gpus",
     "queue.queues{}.jobs[].attempts[].pid", "queue.queues{}.jobs[].sync.state",
+    # A local runner's status (runner.json) and a local job's wait reason: the recorded
+    # session is a Slurm login node, which has no runner.
+    "queue.queues{}.jobs[].waiting", "queue.queues{}.runner.pid",
+    "queue.queues{}.runner.heartbeat", "queue.queues{}.runner.write_error",
+    "queue.queues{}.runner.error",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
 }
