@@ -66,7 +66,7 @@ def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
 
 
 def add(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> dict[str, Any]:
-    rc = main(["--config", str(config), "queue", "add", *argv])
+    rc = main(["--config", str(config), "queue", "add", "--json", *argv])
     out = capsys.readouterr().out.strip().splitlines()
     doc: dict[str, Any] = json.loads(out[-1])
     assert rc == 0 and doc["ok"], doc
