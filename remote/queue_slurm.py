@@ -838,42 +838,21 @@ def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
     """Submit the job's identical script again: a new attempt, the same checkpoint dir (an
     array: every task again, under a new array id)."""
     found = task_of(root, queue, job_id)
-    if found is not None:
-        return _relaunch_task(root, queue, found[0]["id"], found[1])
+    # "j5_3": task 3 alone, under a new array id that takes the task's place in the row.
+    array_job, index = (found[0]["id"], found[1]) if found is not None else (job_id, None)
     qdir = queue_dir(root, queue)
     events = _read(qdir)
     jobs, _ = refresh(qdir, events)
-    job = next((j for j in jobs if j["id"] == job_id), None)
+    job = next((j for j in jobs if j["id"] == array_job), None)
+    target = job if index is None else next(
+        (t for t in (job or {}).get("tasks") or [] if t["task"] == index), None)
     base = {"queue": queue, "job": job_id}
-    if job is None:
+    if job is None or target is None:
         return {**base, "ok": False, "error": f"no Slurm job {job_id}"}
-    if job["state"] in LIVE_STATES:
+    if target["state"] in LIVE_STATES:
         return {**base, "ok": False, "result": "rejected",
-                "error": f"job is {job['state']}; kill it first"}
-    writer = EventWriter(qdir)
-    try:
-        doc = _submit(qdir, job, command_env(slurm_config(events)), writer)
-    finally:
-        writer.close()
-    doc.update(base)
-    doc["result"] = "requeued" if doc["ok"] else "rejected"
-    return doc
-
-
-def _relaunch_task(root: str, queue: str, job_id: str, index: str) -> Dict[str, Any]:
-    """sbatch the array's script for task ``index`` alone (a new array id holding that one
-    task); the array's row shows it in that task's place."""
-    qdir = queue_dir(root, queue)
-    events = _read(qdir)
-    jobs, _ = refresh(qdir, events)
-    job = next((j for j in jobs if j["id"] == job_id), None)
-    base = {"queue": queue, "job": f"{job_id}_{index}"}
-    task = next((t for t in (job or {}).get("tasks") or [] if t["task"] == index), None)
-    if job is None or task is None:
-        return {**base, "ok": False, "error": f"no task {index} in array job {job_id}"}
-    if task["state"] in LIVE_STATES:
-        return {**base, "ok": False, "result": "rejected",
-                "error": f"task is {task['state']}; kill it first"}
+                "error": f"{'job' if index is None else 'task'} is {target['state']}; "
+                         f"kill it first"}
     writer = EventWriter(qdir)
     try:
         doc = _submit(qdir, job, command_env(slurm_config(events)), writer, task=index)
