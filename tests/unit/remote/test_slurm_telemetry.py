@@ -1,4 +1,5 @@
-"""The in-allocation probe's bookkeeping (remote/slurm_telemetry.py) that needs no Slurm: how a
+"""The in-allocation probe's bookkeeping (remote/slurm_telemetry.py) and the pure parts of job
+arrays (remote/queue_slurm.py) that need no Slurm: how a
 refusal of --overlap is recognised and remembered, how a step's output is read, and what a
 refused queue shows. The step itself runs against the real cluster in
 tests/system/test_slurm_allocation.py."""
@@ -115,3 +116,35 @@ def test_a_hung_watcher_is_killed_and_said(tmp_path: Path) -> None:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ arrays (pure parts)
+
+def _t(index: str, slurm_state: str, code: int | None = 0) -> dict[str, object]:
+    return {"task": index, "slurm_state": slurm_state, "exit_code": code, "elapsed_s": 3}
+
+
+def test_an_arrays_verdict_is_one_for_all_its_tasks() -> None:
+    from gpuroom.remote.queue_slurm import _apply_final, _array_final
+
+    assert _array_final([_t("0", "COMPLETED"), _t("1", "COMPLETED")])["state"] == "COMPLETED"
+    assert _array_final([_t("0", "COMPLETED"), _t("1", "CANCELLED", None)])["state"] == \
+        "CANCELLED"
+    failed = _array_final([_t("0", "COMPLETED"), _t("1", "FAILED", 7), _t("2", "TIMEOUT", 0)])
+    assert (failed["state"], failed["exit_code"]) == ("FAILED", 7)
+    # A task whose script exited 3 under COMPLETED carries its code: the queue reads
+    # COMPLETED with a non-zero code as failed (_apply_final).
+    odd = _array_final([_t("0", "COMPLETED"), _t("1", "COMPLETED", 3)])
+    assert (odd["state"], odd["exit_code"]) == ("COMPLETED", 3)
+    job: dict[str, object] = {}
+    _apply_final(job, odd["state"], odd["exit_code"], None)
+    assert job["state"] == "failed"
+
+
+def test_an_arrays_tasks_live_under_the_ids_since_its_last_whole_submission() -> None:
+    from gpuroom.remote.queue_slurm import array_ids
+
+    job = {"attempts": [{"slurm_id": "10", "task": None}, {"slurm_id": "14", "task": "3"},
+                        {"slurm_id": "20", "task": None}, {"slurm_id": "21", "task": "0"},
+                        {"slurm_id": None, "task": "1"}]}
+    assert array_ids(job) == ["20", "21"]
