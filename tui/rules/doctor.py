@@ -562,8 +562,10 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             m_old = _mtime(old.checkpoint)
             m_new = _mtime(job.checkpoint)
             ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
-            # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs.
-            gpus = [] if job.is_slurm else _job_gpus(job, snap)
+            # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs;
+            # its own are those its in-allocation probe saw (issue 23), if any.
+            gpus = [g for n in (job.telemetry.nodes if job.telemetry else ()) for g in n.gpus] \
+                if job.is_slurm else _job_gpus(job, snap)
             utils = [g.util_gpu_pct for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
                     and (log_grew or ckpt_moved):

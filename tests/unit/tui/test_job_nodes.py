@@ -74,3 +74,19 @@ def test_an_oom_kill_in_the_jobs_cgroup_is_slurm4() -> None:
     (f,) = [f for f in findings(before, after) if f.id == "SLURM4"]
     assert f.host == "login/vm" and "oom_kill 0 -> 1" in f.seen
     assert not [f for f in findings(before, before) if f.id == "SLURM4"]
+
+
+def test_a_slurm_job_idling_its_own_gpus_is_u38() -> None:
+    before, after = copy.deepcopy(LAST), copy.deepcopy(LAST)
+    for snap, size in ((before, 100), (after, 900)):  # the log grew between the polls
+        sleeper(snap)["log_chunk"] = {"offset": 0, "next_offset": size, "size": size,
+                                      "inode": 1, "data_b64": "", "reset": False}
+        for gpu in node(snap)["gpus"]:
+            gpu["util_gpu_pct"] = 0
+    (f,) = [f for f in findings(before, after) if f.id == "U38"]
+    assert f"({sleeper(LAST)['name']}) runs with the GPU at ~0 % util" in f.title
+    # Without an in-allocation probe there is nothing to judge: the login node's GPUs are
+    # not the job's.
+    for snap in (before, after):
+        del sleeper(snap)["telemetry"]
+    assert not [f for f in findings(before, after) if f.id == "U38"]
