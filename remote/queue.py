@@ -46,7 +46,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm
+from . import queue_slurm, slurm_telemetry
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -393,6 +393,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 if ckpt_dir in old_ckpts:
                     ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
                 job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
+        slurm_telemetry.attach(root, qdir, view["jobs"], events=readers[name].events,
+                               request=request, session_state=session.state)
         out["queues"][name] = view
     session.state["finished_checkpoints"] = ckpts
     return {"queue": out}
@@ -467,6 +469,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--idle-exit", type=float, default=None,
                         help="idle seconds before a runner started here exits")
     _slurm_options(parser)
+    parser.add_argument("--array", default=None,
+                        help="Slurm job array, e.g. 0-9%%2 (tasks 0..9, two at a time)")
     args = parser.parse_args(argv[:cut])
     if not cmd:
         sys.stderr.write("gpuroom queue add: empty command\n")
@@ -479,7 +483,8 @@ def _cmd_add(argv: List[str]) -> int:
             doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
                                   time_limit=args.time, signal_lead_s=args.signal_lead,
-                                  cpus_per_task=args.cpus_per_task, partition=args.partition)
+                                  cpus_per_task=args.cpus_per_task, partition=args.partition,
+                                  array=args.array)
         except queue_slurm.SlurmError as exc:
             return queue_slurm.emit_error(exc)
         _emit(doc)
@@ -717,7 +722,7 @@ def _cmd_logs(argv: List[str]) -> int:
                         help="one JSON object: offset, next_offset, inode, size, data_b64")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
-    if not re.match(r"^j\d+$", args.job):
+    if not re.match(r"^j\d+(_\d+)?$", args.job):  # j5_3: task 3 of array job j5
         sys.stderr.write(f"gpuroom queue logs: bad job id {args.job!r}\n")
         return 2
     path = os.path.join(queue_dir(root, queue), "logs", f"{args.job}.log")

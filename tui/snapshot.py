@@ -253,14 +253,18 @@ def _convert(k: Key, value: Any) -> Any:
     return tuple(dataclasses.replace(view, name=n) for view, n in zip(named, names, strict=True))
 
 
-def schema_keys(view: type[View], prefix: str = "") -> Iterator[tuple[str, Key]]:
-    """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key)."""
-    for k in view.keys():
+def schema_keys(view: type[View], prefix: str = "",
+                under: Origin = "probe") -> Iterator[tuple[str, Key]]:
+    """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key). A key under
+    a parent written only in some situation (a Slurm job's ``telemetry``) takes that
+    parent's origin: it is written only then too."""
+    for own in view.keys():
+        k = own if under == "probe" else dataclasses.replace(own, origin=under)
         path = f"{prefix}{k.key}"
         yield path, k
         if k.view is not None:
             sub = {"many": "[].", "named": "{}."}.get(k.shape, ".")
-            yield from schema_keys(k.view, path + sub)
+            yield from schema_keys(k.view, path + sub, k.origin)
 
 
 def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[str]:
@@ -541,6 +545,53 @@ class Sync(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ArrayTask(View):
+    """One task of a Slurm job array (remote/queue_slurm.py _array_refresh): "j5_3" is task 3
+    of array job j5, Slurm's "123_3"."""
+
+    id: str = key(lambda v: text(v) or "", origin="slurm")
+    task: str | None = key(text, origin="slurm")
+    slurm_id: str | None = key(text, origin="slurm")
+    state: str = key(lambda v: text(v) or "", origin="slurm")
+    slurm_state: str | None = key(text, origin="slurm")
+    reason: str | None = key(text, origin="slurm")
+    node: str | None = key(text, origin="slurm")
+    elapsed_s: float | None = key(number, origin="slurm")
+    exit_code: int | None = key(integer, origin="slurm")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProbe(View):
+    """One node of a running Slurm job, probed from inside its allocation: the same host,
+    cgroup, disk and GPU facts a box's probe carries (remote/slurm_telemetry.py node_probe)."""
+
+    host: Host = nested(Host)
+    cgroup: Cgroup = nested(Cgroup)
+    disks: tuple[Disk, ...] = nested(Disk, "many")
+    gpus: tuple[Gpu, ...] = nested(Gpu, "many")
+    gpu_error: str | None = key(text)
+
+    def as_snapshot(self) -> Snapshot:
+        """The node as a box's snapshot, so the panes and the doctor's GPU, disk and memory
+        rules read it as they read a rented box."""
+        return Snapshot(schema=None, helper=Helper.read({}), host=self.host,
+                        cgroup=self.cgroup, disks=self.disks, gpus=self.gpus,
+                        gpu_error=self.gpu_error, kernel=Kernel.read({}), vram_holders=(),
+                        queue=None, errors=(),
+                        sections=frozenset({"host", "cgroup", "disks", "gpus"}))
+
+
+@dataclass(frozen=True, slots=True)
+class JobTelemetry(View):
+    """A running Slurm job's last in-allocation probe (remote/slurm_telemetry.py)."""
+
+    t: float | None = key(number)  # when the step answered (the login node's clock)
+    nodes: tuple[NodeProbe, ...] = nested(NodeProbe, "many")
+    error: str | None = key(text)  # the step failed, hung, or --overlap was refused
+    refused: bool = key(flag)  # --overlap refused: the queue no longer asks
+
+
+@dataclass(frozen=True, slots=True)
 class Job(View):
     """One job record of the queue (the probe's and ``queue ls --json``'s share this shape)."""
 
@@ -574,6 +625,12 @@ class Job(View):
     end_time: float | None = key(number, origin="slurm")
     restarts: int | None = key(integer, origin="slurm")
     signal_lead_s: float | None = key(number, origin="slurm")
+    # squeue's %S for a pending job: when the scheduler expects it to start (issue 23)
+    expected_start: float | None = key(number, origin="slurm")
+    nodes: int | None = key(integer, origin="slurm")  # squeue's %D: nodes allocated or asked
+    telemetry: JobTelemetry | None = nested(JobTelemetry, "maybe", origin="slurm")
+    array: str | None = key(text, origin="slurm")  # sbatch --array's spec: "0-9%2"
+    tasks: tuple[ArrayTask, ...] = nested(ArrayTask, "many", origin="slurm")
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
 
     @property
@@ -691,6 +748,12 @@ class Snapshot(View):
     def gpu(self, index: int | None) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
 
+    @property
+    def job_nodes(self) -> tuple[tuple[Job, NodeProbe], ...]:
+        """Each node of each running Slurm job that answered an in-allocation probe."""
+        return tuple((j, n) for j in self.jobs if j.state == "running"
+                     and j.telemetry is not None for n in j.telemetry.nodes)
+
     def section_error(self, section: str) -> str | None:
         """What the collector of ``section`` raised, if it did."""
         return next((e.error for e in self.errors if e.section == section), None)
@@ -769,8 +832,10 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> 
 
 
 __all__ = [
-    "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper", "Host", "Job",
-    "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
+    "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper",
+    "Host", "Job",
+    "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
+    "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
     "number",
     "read_log_doc", "read_optional", "read_queue_view", "read_snapshot", "schema_keys",

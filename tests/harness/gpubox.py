@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
 
 @contextmanager
 def gpu_python(sshd_box: Any, fixtures: Path, name: str,
-               captures: Sequence[str] = SMI_CAPTURES) -> Iterator[Path]:
+               captures: Sequence[str] = SMI_CAPTURES,
+               extra_env: Mapping[str, str] | None = None) -> Iterator[Path]:
     user = pwd.getpwnam(sshd_box.user)
     root = sshd_box.home / name
     shutil.rmtree(root, ignore_errors=True)
@@ -36,7 +37,7 @@ def gpu_python(sshd_box: Any, fixtures: Path, name: str,
     shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
     env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
            "GPUROOM_FAKE_NVSMI": ":".join(captures),
-           "GPUROOM_FIXTURES": str(root / "fixtures")}
+           "GPUROOM_FIXTURES": str(root / "fixtures"), **(extra_env or {})}
     wrapper = python_with_env(root / "python3", env)
     for path in (root, *root.rglob("*")):
         os.chown(path, user.pw_uid, user.pw_gid)

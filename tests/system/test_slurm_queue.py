@@ -45,15 +45,8 @@ FINAL = ("succeeded", "failed", "killed", "removed")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[slurm_harness.SlurmCluster]:
-    reason = slurm_harness.missing_requirements()
-    if reason is not None:
-        pytest.skip(reason)
-    c = slurm_harness.SlurmCluster.create()
-    try:
-        c.start()
+    with slurm_harness.running_cluster() as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,8 @@ def add_cli(sub: Any) -> None:
                    help="seconds before the wall for the checkpoint warning (0: none)")
     p.add_argument("--cpus-per-task", type=int)
     p.add_argument("--partition")
+    p.add_argument("--array", help="Slurm job array: 0-9%%2 runs tasks 0..9, two at a time; "
+                   "task 3 is then job jN_3 for logs and kill")
     p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(add_parser=p)
@@ -137,7 +139,7 @@ class LogWriter:
 
 def _slurm_opts(args: argparse.Namespace) -> list[str]:
     opts = []
-    for flag in ("time", "signal_lead", "cpus_per_task", "partition", "slurm_conf"):
+    for flag in ("time", "signal_lead", "cpus_per_task", "partition", "slurm_conf", "array"):
         value = getattr(args, flag, None)
         if value is not None:
             opts += ["--" + flag.replace("_", "-"), str(value)]

@@ -18,7 +18,7 @@ from gpuroom.remote.queue_events import (
 from gpuroom.tui.model import HostState, PendingAction
 from gpuroom.tui.present.format import fmt_text
 from gpuroom.tui.present.levels import Level
-from gpuroom.tui.present.slurm import slurm_summary
+from gpuroom.tui.present.slurm import slurm_summary, task_summary
 from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
 
 # The queue pane's colour per job state (remote/queue_events.py STATES): work in progress
@@ -129,6 +129,10 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 waiting=fmt_text(j.waiting),
             )
         )
+        for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i
+            rows.append(JobRow(fmt_text(task.id), f"└ task {fmt_text(task.task)}",
+                               fmt_text(task.state) or "?", None, task.elapsed_s,
+                               task.exit_code, "", None, slurm=task_summary(task)))
     for action in host.pending:
         if action.kind == "add" and action.job not in ids:
             rows.append(JobRow(action.job or "?", action.label, "sent", None, None, None, "",
