@@ -543,11 +543,16 @@ class Job(View):
     # ahead, no runner (remote/queue.py _waiting); None for any other job
     waiting: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
+    argv: tuple[str, ...] = key(texts)  # the same command, word by word (queue show)
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")
+    priority: int | None = key(integer)  # higher starts first among the queued jobs
+    after: tuple[str, ...] = key(texts)  # jobs that must succeed before this one starts
+    edited_from: str | None = key(text)  # the job this one is an edited copy of
+    log_path: str | None = key(text, current="log")  # the log file's path on the box
     ckpt_dir: str | None = key(text)
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
