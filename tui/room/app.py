@@ -53,6 +53,7 @@ from gpuroom.tui.room.screens import (
     HelpScreen,
     key_label,
 )
+from gpuroom.tui.room.steer import SteerKeys
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.gate import GateResult
@@ -100,7 +101,7 @@ class GpuroomCommands(Provider):
                 )
 
 
-class GpuroomApp(App[None]):
+class GpuroomApp(SteerKeys):
     """gpuroom's TUI. ``clock`` is injectable so ages in tests and snapshots are fixed."""
 
     TITLE = "gpuroom"
