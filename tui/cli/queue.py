@@ -22,6 +22,7 @@ from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
+from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.sanitize import display_line
 from gpuroom.tui.snapshot import read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
@@ -30,13 +31,15 @@ LOG_CHUNK_BYTES = 256 << 10
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
 REDACTED = "<hidden>"  # an env value in queue show --json
+ANY_HOST = "any"  # queue add --host any: the host with the asked GPUs free (or a list a,b)
 
 
 def add_cli(sub: Any) -> None:
     queue = sub.add_parser("queue", help="the job queue on a host")
     qsub = queue.add_subparsers(dest="queue_cmd", required=True)
-    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS...")
-    p.add_argument("host")
+    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS... "
+                        "(HOST 'any' or a,b: the host with the asked GPUs and VRAM free now)")
+    p.add_argument("host", help="a configured host, 'any', or a comma-separated list")
     p.add_argument("--name")
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--retries", type=int, default=0)
@@ -165,10 +168,51 @@ def job_argv(args: argparse.Namespace) -> list[str]:
         positionals = [args.host, *([args.job] if args.queue_cmd == "edit" else [])]
         args.add_parser.parse_args([*argv[:cut], *positionals], namespace=args)
         argv = argv[cut:]
+        args.argv = argv  # parsed once: a second call must not append --env twice
     return argv[1:] if argv[:1] == ["--"] else argv
 
 
+def _many_hosts(host: str) -> bool:
+    return host == ANY_HOST or "," in host
+
+
+async def _place(args: argparse.Namespace) -> int | None:
+    """``add --host any`` (or a list): poll the hosts, pick the one with the asked GPUs and
+    VRAM free (tui/rules/placement.py), say which and why; None when one was picked."""
+    config = load_config(args)
+    hosts = [h.name for h in config.effective_hosts()]
+    wanted = hosts if args.host == ANY_HOST else [h.strip() for h in args.host.split(",")
+                                                   if h.strip()]
+    unknown = [h for h in wanted if h not in hosts]
+    if unknown:
+        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+    fleet = Fleet(config)
+    try:
+        states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
+    finally:
+        await fleet.close()
+    gpus = 1 if args.gpus is None else args.gpus
+    placed = choose_host([Candidate(s.name, s.state, s.view, s.error) for s in states],
+                         gpus, args.vram_mib)
+    for line in placed.seen:
+        print_line(f"  {line}", "dim", err=True)
+    if placed.host is None:
+        print_line(with_fix(f"gpuroom queue add: {placed.why}",
+                            "wait, ask for fewer GPUs or less VRAM, or name a host"),
+                   "red", err=True)
+        return 1
+    print_line(placed.why, err=bool(args.json))
+    args.host = placed.host
+    return None
+
+
 async def _run(args: argparse.Namespace) -> int:
+    if args.queue_cmd == "add" and _many_hosts(args.host):
+        job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
+        refused = await _place(args)
+        if refused is not None:
+            return refused
     fleet, backend = _fleet(args)
     link = fleet.link(args.host)
     try:
