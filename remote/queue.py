@@ -442,6 +442,14 @@ def _cmd_add(argv: List[str]) -> int:
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
     if args.backend == queue_slurm.BACKEND or (
             args.backend is None and queue_slurm.is_default(root, queue)):
+        if args.after or args.priority:
+            # Slurm orders and chains its own jobs; a box-queue field it would ignore is
+            # refused rather than dropped without a word.
+            _emit({"ok": False, "recorded": False, "queue": queue,
+                   "error": "--after and --priority order the box's own queue; Slurm does "
+                            "not read them",
+                   "fix": "leave them out on a Slurm host (Slurm orders its queue itself)"})
+            return 1
         try:
             doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,

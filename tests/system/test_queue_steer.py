@@ -143,3 +143,9 @@ def test_show_gives_one_job_with_its_newest_checkpoint(box: Box) -> None:
     assert shown["checkpoint"]["path"].endswith("step_7.pt") and shown["checkpoint"]["size"] == 2
     missing = box.run("show", "j42", check=False)
     assert missing.returncode == 1 and "no job j42" in missing.stdout.decode()
+
+
+def test_after_and_priority_are_refused_on_a_slurm_queue_not_dropped(box: Box) -> None:
+    proc = box.run("add", "--backend", "slurm", "--after", "j1", "--", "true", check=False)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not doc["ok"] and "Slurm does not read them" in doc["error"]
