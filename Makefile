@@ -30,7 +30,8 @@ run: $(VENV)/.installed
 test: system-deps $(STAMP) lint typecheck unit
 
 # sshd, tmux, rsync and Slurm (slurm-wlm: slurmctld, slurmd, slurm-client) are what the tests
-# drive for real; install them only when missing.
+# drive for real, and Debian's chromium and chromedriver the browser test of `gpuroom web`;
+# install them only when missing.
 system-deps:
 	@missing=""; \
 	command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
@@ -38,6 +39,8 @@ system-deps:
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	command -v rsync >/dev/null || missing="$$missing rsync"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	for t in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch; do \
 	  command -v $$t >/dev/null || { missing="$$missing slurm-wlm"; break; }; \
 	done; \
@@ -110,6 +113,7 @@ bench: $(STAMP)
 
 screenshots: $(STAMP)
 	$(PY) -m gpuroom.tui.room.screenshots screenshots
+	GPUROOM_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/system/test_web_browser.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

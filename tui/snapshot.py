@@ -337,6 +337,12 @@ class Disk(View):
         """The resolved path when the box gave one, else the path as asked."""
         return self.real_path or self.path or ""
 
+    @property
+    def missing(self) -> bool:
+        """The watched path does not exist on the box: the volume meant to be there is not
+        mounted (remote/hostinfo.py disk_facts names the OSError's class first)."""
+        return (self.error or "").startswith("FileNotFoundError")
+
     # df's arithmetic (coreutils), so the pane headed "df -h | df -i" agrees with df to the
     # point: used = total - free including reserved; Use% = used / (used + available),
     # rounded up. On ext4 the 5 % root reserve made total-based percentages tens of points

@@ -192,7 +192,9 @@ def cmd_room(args: argparse.Namespace) -> int:
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
-                     notify_command=config.settings.notify_command, warnings=config.warnings)
+                     notify_command=config.settings.notify_command,
+                     notify_url=config.settings.notify_url,
+                     renotify_s=config.settings.renotify_s, warnings=config.warnings)
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
@@ -250,8 +252,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fleet = ReplayFleet(records, speed=args.speed)
     from gpuroom.tui.room.app import GpuroomApp
 
-    app = GpuroomApp(fleet, clock=fleet.now)
-    app.sub_title = f"replay of {args.file} at {args.speed:g}x"
+    app = GpuroomApp(fleet, clock=fleet.now, replay=f"{args.file} at {args.speed:g}x")
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
@@ -315,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
+    from gpuroom.tui.cli.export import add_cli as add_export_cli
+
+    add_export_cli(sub)
+    from gpuroom.tui.cli.web import add_cli as add_web_cli
+
+    add_web_cli(sub)
     return parser
 
 

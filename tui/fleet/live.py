@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
@@ -39,6 +40,21 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
+
+
+def watched_mounts(host: HostConfig) -> list[str]:
+    """The host's own mounts, then each mount its profile names by a path the box can
+    statvfs (absolute or ~; "unknown" and $VAR paths are not), so the volume that must
+    survive a stop is watched without listing it in hosts.toml."""
+    out = list(host.mounts)
+    try:
+        profile = load_profile(host.profile)
+    except ProfileError:
+        return out  # "local" and unknown names: hosts.toml says why elsewhere
+    for m in profile.mounts:
+        if m.path.startswith(("/", "~")) and "$" not in m.path and m.path not in out:
+            out.append(m.path)
+    return out
 
 
 class Recorder:
@@ -102,6 +118,7 @@ class Fleet(PendingLedger):
             h.name: HostLink(h, ssh_config=ssh_config, mode=config.settings.poll_mode)
             for h in self._hosts.values()
         }
+        self._mounts = {h.name: watched_mounts(h) for h in self._hosts.values()}
         self._cursors: dict[str, dict[str, Any]] = {h: {} for h in self._hosts}
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
@@ -126,7 +143,7 @@ class Fleet(PendingLedger):
 
     def request_for(self, name: str) -> dict[str, Any]:
         """What the next probe of this host asks for: mounts and cursors."""
-        request: dict[str, Any] = {"mounts": list(self._hosts[name].mounts)}
+        request: dict[str, Any] = {"mounts": self._mounts[name]}
         request.update(self._cursors[name])
         return request
 
@@ -181,10 +198,13 @@ class Fleet(PendingLedger):
         wake = self._wake.setdefault(name, asyncio.Event())
         interval = self.config.settings.poll_interval_s
         while True:
-            await self.poll_host(name)
-            on_change(name)
+            state = await self.poll_host(name)
             failures = self._failures[name]
             delay = backoff_delay(failures, interval) if failures else interval
+            # Said in the host's panes ("next try in 12 s"): a backing-off host otherwise
+            # looks forgotten.
+            state.next_try = self.clock() + delay
+            on_change(name)
             wake.clear()
             try:
                 await asyncio.wait_for(wake.wait(), delay)
@@ -208,6 +228,7 @@ class Fleet(PendingLedger):
         if self._wake:
             for n in names:
                 if n in self._wake:
+                    self._states[n].next_try = self.clock()
                     self._wake[n].set()
         else:
             await asyncio.gather(*(self.poll_host(n) for n in names))

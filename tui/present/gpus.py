@@ -129,3 +129,6 @@ class GpuView:
     absence: str | None
     sm_history: tuple[tuple[float | None, ...], ...]  # per row, oldest first
     power_history: tuple[tuple[float | None, ...], ...]
+    # A STALE or DOWN host: why it does not answer, with the fix (present/hosts.py
+    # LinkProblem.lines), shown above whatever the last answer said.
+    problem: tuple[str, ...] = ()

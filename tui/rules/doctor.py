@@ -691,6 +691,27 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
     return out
 
 
+def missing_mount_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
+    """A mount the host's profile says to watch that is not there (principle 4, U7): what is
+    written to that path lands on whatever disk holds its parent, which may not survive."""
+    if profile is None:
+        return []
+    expected = {m.path: m for m in profile.mounts}
+    out: list[Finding] = []
+    for d in snap.disks:
+        mount = expected.get(d.path or "")
+        if mount is None or not d.missing:
+            continue
+        name = profile.title or profile.platform
+        out.append(Finding(
+            "U7", "warn", host,
+            f"{mount.path}: not mounted, but the {name} profile expects its {mount.role} there",
+            f"{mount.path}: {d.error}; the profile says: {mount.note or mount.role}",
+            f"attach or mount the {mount.role} at {mount.path} before writing checkpoints; "
+            "if this box keeps it elsewhere, add that path to the host's mounts in hosts.toml"))
+    return out
+
+
 def queue_write_findings(host: str, snap: Snapshot) -> list[Finding]:
     """A queue runner whose writes fail (a full disk or inode table, issue 18): it lives and
     backs off, but no job starts or ends on the record until space is freed (U7)."""
@@ -745,6 +766,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += gpu_findings(host, prev, snap)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
+    out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
     out += queue_write_findings(host, snap)
     out += blind_findings(host, snap)
