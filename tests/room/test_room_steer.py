@@ -68,17 +68,19 @@ async def settle(app: GpuroomApp) -> None:
         await app.workers.wait_for_complete(steer)
 
 
-def select(app: GpuroomApp, job_id: str) -> None:
+async def press_on(app: GpuroomApp, pilot: Any, job_id: str, *keys: str) -> None:
+    """Select ``job_id`` in the queue pane, press ``keys``, and let the steering finish."""
+    await pilot.pause()
     queue = app.query_one(QueueTable)
     queue.move_cursor(row=[j.id for j in queue.jobs].index(job_id))
+    await pilot.press(*keys)
+    await settle(app)
 
 
 async def test_x_asks_then_removes_the_selected_queued_job() -> None:
     app, fleet = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        select(app, "j4")
-        await pilot.press("x")
+        await press_on(app, pilot, "j4", "x")
         assert isinstance(app.screen, ConfirmScreen)
         assert "j4" in app.screen.question and "h100-a" in app.screen.question
         await pilot.press("n")
@@ -91,9 +93,7 @@ async def test_x_asks_then_removes_the_selected_queued_job() -> None:
 async def test_x_on_a_running_job_says_kill_it_first_and_sends_nothing() -> None:
     app, fleet = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        select(app, "j3")
-        await pilot.press("x")
+        await press_on(app, pilot, "j3", "x")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen) and fleet.calls == []
         (note,) = list(app._notifications)
@@ -103,13 +103,8 @@ async def test_x_on_a_running_job_says_kill_it_first_and_sends_nothing() -> None
 async def test_plus_and_minus_move_the_selected_job_in_line() -> None:
     app, fleet = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        select(app, "j5")
-        await pilot.press("plus")
-        await settle(app)
-        select(app, "j4")
-        await pilot.press("minus")
-        await settle(app)
+        await press_on(app, pilot, "j5", "plus")
+        await press_on(app, pilot, "j4", "minus")
         assert fleet.calls == [("move", "h100-a", "j5", 0), ("move", "h100-a", "j4", 1)]
 
 
@@ -130,10 +125,7 @@ async def test_a_refused_move_says_host_job_cause_and_fix() -> None:
     app, fleet = make_app()
     fleet.fail_with = "job is running"
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        select(app, "j5")
-        await pilot.press("plus")
-        await settle(app)
+        await press_on(app, pilot, "j5", "plus")
         await pilot.pause()
         (note,) = list(app._notifications)
         assert note.severity == "error"
