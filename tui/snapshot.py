@@ -549,7 +549,6 @@ class Job(View):
     # ahead, no runner (remote/queue.py _waiting); None for any other job
     waiting: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
-    argv: tuple[str, ...] = key(texts)  # the same command, word by word (queue show)
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
     gpus: int | None = key(integer)

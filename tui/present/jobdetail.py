@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 
 from gpuroom.tui.present.format import fmt_age, fmt_bytes, fmt_text, fmt_utc
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Job
@@ -55,8 +54,7 @@ def detail_lines(job: Job, now: float) -> list[str]:
     if job.name and job.name != job.id:
         title += f" ({fmt_text(job.name)})"
     lines = [f"{title}: {fmt_text(job.state)}"]
-    words = job.argv or ((job.command,) if job.command else ())
-    lines.append("command: " + fmt_text(shlex.join(words)))
+    lines.append("command: " + fmt_text(job.command))  # every word, shell-quoted
     lines.append(f"cwd: {fmt_text(job.cwd) if job.cwd else '-'}")
     keys = ", ".join(fmt_text(k) for k in sorted(job.env))
     lines.append(f"env: {keys} (values hidden)" if keys else "env: none")

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuroom.tui.model import LinkState
-from gpuroom.tui.present.format import fmt_number, fmt_text
+from gpuroom.tui.present.format import fmt_bytes, fmt_number, fmt_text
+from gpuroom.tui.rules.doctor import MIB
 from gpuroom.tui.snapshot import Gpu, Snapshot
 
 
@@ -56,11 +57,12 @@ def _fit(c: Candidate, gpus: int, vram_mib: float | None) -> tuple[int, str]:
         return -1, f"{c.name}: {c.state.value}" + (f" ({fmt_text(c.error)})" if c.error else "")
     cards = c.snapshot.gpus
     free = [g for g in cards if _gpu_free(g, vram_mib)]
-    vram = f" with {fmt_number(vram_mib)} MiB" if vram_mib is not None else ""
+    # The ask in the unit of its flag (--vram-mib); what is free, as every byte count is shown.
+    vram = f" with {fmt_number(vram_mib, ' MiB')}" if vram_mib is not None else ""
     said = f"{c.name}: {len(free)} of {len(cards)} GPU(s) free{vram}"
     if free and vram_mib is None:
         most = max((_free_mib(g) or 0.0) for g in free)
-        said += f" (up to {fmt_number(most)} MiB free)"
+        said += f" (up to {fmt_bytes(most * MIB)} free)"
     if gpus == 0:
         return len(free), f"{c.name}: up (the job asks for no GPU)"
     return (len(free) if len(free) >= gpus else -1), said
@@ -76,7 +78,7 @@ def choose_host(candidates: Sequence[Candidate], gpus: int,
         seen.append(said)
         if free >= 0 and (best is None or free > best[0]):
             best = (free, c, said)
-    ask = f"{gpus} GPU(s)" + (f" with {fmt_number(vram_mib)} MiB each" if vram_mib else "")
+    ask = f"{gpus} GPU(s)" + (f" with {fmt_number(vram_mib, ' MiB')} each" if vram_mib else "")
     if best is None:
         return Placement(None, f"no host has {ask} free right now", tuple(seen))
     return Placement(best[1].name, f"picked {best[1].name} for {ask}: {best[2]}", tuple(seen))
