@@ -54,6 +54,7 @@ from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
     LIVE_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
     WriteFailed,
@@ -240,7 +241,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     runner = _runner_info(qdir)
     views = [job_view(j, qdir) for j in jobs]
     for view in views:
-        view["waiting"] = _waiting(view, runner)
+        view["waiting"] = _waiting(view, runner, bool(state["config"].get("paused")))
     return {
         "queue": queue,
         "dir": qdir,
@@ -256,11 +257,13 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     }
 
 
-def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
+def _waiting(job: Dict[str, Any], runner: Dict[str, Any], paused: bool) -> Optional[str]:
     """Why a queued box job has not started (issue 17): the runner's reason (a slot, GPUs
     held by a foreign pid, the job ahead), or that no runner is there to start it."""
     if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
         return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
+    if paused:
+        return PAUSED_WAIT  # said with or without a runner: a paused queue's runner may leave
     if not runner.get("alive"):
         return "no runner: the next queue add starts one"
     blocked = runner.get("blocked")

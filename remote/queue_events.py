@@ -65,6 +65,8 @@ CONFIG_TYPES: Dict[str, Tuple[Any, str]] = {
     "slots": (int, "an integer"), "durable_dir": (str, "a string"),
     "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number"),
     "paused": (bool, "true or false")}
+# What a queued job of a paused queue says it waits for (``queue ls``, the room).
+PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
 # The states of a dependency (``add --after``) that fail the jobs waiting for it.
 DEPENDENCY_FAILED_STATES = ("failed", "killed", "removed")
 

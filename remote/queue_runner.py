@@ -40,6 +40,7 @@ from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
     DEPENDENCY_FAILED_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
     State,
@@ -801,7 +802,7 @@ class Runner:
         order = self.dependencies_met(list(self.state["order"]))
         if self.config("paused"):
             for job_id in order:
-                self.blocked[job_id] = "paused (gpuroom queue resume starts jobs again)"
+                self.blocked[job_id] = PAUSED_WAIT
             return
         slots = self.slots()
         for pos, job_id in enumerate(order):
@@ -922,7 +923,10 @@ class Runner:
 
     # ----- main loop
     def has_work(self) -> bool:
-        return bool(self.active or self.state["order"] or self.state["pending_requests"]
+        # A paused queue's waiting jobs are no work: its runner may leave when idle, and
+        # `queue resume` starts one again.
+        waiting = self.state["order"] and not self.config("paused")
+        return bool(self.active or waiting or self.state["pending_requests"]
                     or self.syncing or any(
                         (j.get("sync") or {}).get("state") == "pending"
                         for j in self.state["jobs"].values()))

@@ -74,12 +74,17 @@ def test_after_an_unknown_job_is_refused(box: Box) -> None:
 
 
 def test_pause_starts_nothing_new_and_resume_goes_on(box: Box) -> None:
+    box.json("config", "--idle-exit", "0.5")
     box.json("pause")
     job = box.add("touch", "ran", opts=("--gpus", "0"))
     assert wait_until(lambda: box.job(job)["waiting"], 10, "a wait reason").startswith("paused")
     assert box.job(job)["state"] == "queued" and box.ls()["config"]["paused"] is True
+    # A paused queue's waiting job is no work: its runner leaves when idle, and the job
+    # still says it waits because the queue is paused (not for a runner).
+    wait_until(lambda: not box.ls()["runner"]["alive"], 15, "the idle runner to leave")
+    assert box.job(job)["waiting"].startswith("paused") and not (box.work / "ran").exists()
     doc = box.json("resume")
-    assert doc["ok"] and doc["paused"] is False
+    assert doc["ok"] and doc["paused"] is False and doc["runner"]["running"]
     box.wait_state(job, ("succeeded",))
 
 
