@@ -1,5 +1,6 @@
-"""`queue add --host any` picks the host with the asked GPUs and VRAM free (issue 20), and
-`queue show`'s lines (tui/present/jobdetail.py): pure functions over read snapshots."""
+"""Queue control on the jump host (issue 20), no daemon: `queue add --host any` picks the host
+with the asked GPUs and VRAM free (tui/rules/placement.py), `queue show`'s lines
+(tui/present/jobdetail.py), and `queue edit`'s options written after the job."""
 
 from __future__ import annotations
 
@@ -79,3 +80,20 @@ def test_detail_lines_are_inert_and_never_show_env_values() -> None:
                                " signal SIGKILL, 1m, ended: killed") for line in lines), lines
     assert "newest checkpoint: /c/j7/step_40.pt (step 40, 1m old, 2.0KiB)" in lines, lines
     assert "log: /q/logs/j7.log" in lines
+
+
+@pytest.mark.parametrize(("cli", "env", "gpus", "argv"), [
+    (["queue", "edit", "box", "j3", "--env", "A=1", "--gpus", "2"], ["A=1"], 2, []),
+    (["queue", "edit", "box", "j3", "--env", "A=1", "--", "python", "--lr", "3"], ["A=1"],
+     None, ["python", "--lr", "3"]),
+    (["queue", "edit", "box", "j3", "--", "sh", "--env", "x"], [], None, ["sh", "--env", "x"]),
+])
+def test_queue_edit_options_after_the_job_are_options(cli: list[str], env: list[str],
+                                                      gpus: int | None, argv: list[str]) -> None:
+    from gpuroom.tui.cli.main import build_parser
+    from gpuroom.tui.cli.queue import job_argv
+
+    args = build_parser().parse_args(cli)
+    assert job_argv(args) == argv
+    assert job_argv(args) == argv  # a second read parses nothing again (no --env twice)
+    assert (args.env, args.gpus, args.job) == (env, gpus, "j3")
