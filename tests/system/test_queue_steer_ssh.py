@@ -4,9 +4,6 @@ every verb is the gpuroom CLI against the test box; the GPU boundary is the nvid
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,8 +11,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from fakes import NVIDIA_SMI
-from harness.boxenv import python_with_env
+from harness.gpubox import gpu_python
 
 from gpuroom.tui.cli.main import main
 
@@ -43,34 +39,14 @@ def box_config(sshd_box: Any, tmp_path: Path) -> Iterator[Path]:
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 
 
-def replay_python(sshd_box: Any, fixtures: Path, root: Path, captures: tuple[str, ...]) -> Path:
-    """The box's python3 with the nvidia-smi replay of ``captures`` on it, under ``root``
-    (copied into the test user's home, so the box reads nothing of the jump host's)."""
-    user = pwd.getpwnam(sshd_box.user)
-    shutil.rmtree(root, ignore_errors=True)
-    for rel in captures:
-        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
-    shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
-    wrapper = python_with_env(root / "python3", {
-        "GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
-        "GPUROOM_FAKE_NVSMI": ":".join(captures),
-        "GPUROOM_FIXTURES": str(root / "fixtures")})
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
-    return wrapper
-
-
 @pytest.fixture
 def gpu_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
     """hosts.toml whose ``python`` is the box's python3 with the nvidia-smi replay on it."""
-    root = sshd_box.home / "gpuroom-steer-test"
-    wrapper = replay_python(sshd_box, fixtures, root, SMI_CAPTURES)
-    try:
-        yield write_config(tmp_path / "hosts.toml", sshd_box, wrapper)
-    finally:
-        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-        shutil.rmtree(root, ignore_errors=True)
+    with gpu_python(sshd_box, fixtures, "gpuroom-steer-test", SMI_CAPTURES) as wrapper:
+        try:
+            yield write_config(tmp_path / "hosts.toml", sshd_box, wrapper)
+        finally:
+            sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 
 
 def cli(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> tuple[int, str]:
@@ -225,29 +201,26 @@ def test_host_any_picks_the_host_with_the_asked_gpus_free_and_says_why(
 ) -> None:
     # Two hosts.toml entries on the test box, told apart by their nvidia-smi replay: on
     # "busy" a compute process holds each card (an 8xH100 table's processes), "free" is idle.
-    busy_root, free_root = sshd_box.home / "steer-busy", sshd_box.home / "steer-free"
-    busy = replay_python(sshd_box, fixtures, busy_root, (
-        *SMI_CAPTURES, "nvsmi_table/driver535-8xH100-with-processes.txt"))
-    free = replay_python(sshd_box, fixtures, free_root, SMI_CAPTURES)
-    config = tmp_path / "hosts.toml"
-    config.write_bytes(tomli_w.dumps({
-        "settings": {"ssh_config": str(sshd_box.ssh_config)},
-        "hosts": {"busy": {"ssh": sshd_box.alias, "python": str(busy)},
-                  "free": {"ssh": sshd_box.alias, "python": str(free)}}}).encode())
-    try:
-        rc = main(["--config", str(config), "queue", "add", "any", "--gpus", "2", "--",
-                   "true"])
-        captured = capsys.readouterr()
-        assert rc == 0, captured
-        assert "picked free for 2 GPU(s): free: 2 of 2 GPU(s) free" in captured.out
-        assert "added j" in captured.out and "busy: 0 of 2 GPU(s) free" in captured.err
-        # A list, and VRAM neither card of either host has free: refused, with the reason.
-        rc = main(["--config", str(config), "queue", "add", "busy,free", "--gpus", "1",
-                   "--vram-mib", "30000", "--", "true"])
-        err = capsys.readouterr().err
-        assert rc == 1
-        assert "no host has 1 GPU(s) with 30000 MiB each free right now" in err and "Fix:" in err
-    finally:
-        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-        shutil.rmtree(busy_root, ignore_errors=True)
-        shutil.rmtree(free_root, ignore_errors=True)
+    held = (*SMI_CAPTURES, "nvsmi_table/driver535-8xH100-with-processes.txt")
+    with gpu_python(sshd_box, fixtures, "steer-busy", held) as busy, \
+            gpu_python(sshd_box, fixtures, "steer-free", SMI_CAPTURES) as free:
+        config = tmp_path / "hosts.toml"
+        config.write_bytes(tomli_w.dumps({
+            "settings": {"ssh_config": str(sshd_box.ssh_config)},
+            "hosts": {"busy": {"ssh": sshd_box.alias, "python": str(busy)},
+                      "free": {"ssh": sshd_box.alias, "python": str(free)}}}).encode())
+        try:
+            rc = main(["--config", str(config), "queue", "add", "any", "--gpus", "2", "--",
+                       "true"])
+            captured = capsys.readouterr()
+            assert rc == 0, captured
+            assert "picked free for 2 GPU(s): free: 2 of 2 GPU(s) free" in captured.out
+            assert "added j" in captured.out and "busy: 0 of 2 GPU(s) free" in captured.err
+            # A list, and VRAM no card of either host has free: refused, with the reason.
+            rc = main(["--config", str(config), "queue", "add", "busy,free", "--gpus", "1",
+                       "--vram-mib", "30000", "--", "true"])
+            err = capsys.readouterr().err
+            assert rc == 1 and "Fix:" in err
+            assert "no host has 1 GPU(s) with 30000 MiB each free right now" in err
+        finally:
+            sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
