@@ -6,7 +6,7 @@ when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` ans
 when the job is recorded and a live runner will see it, see ``add_job``):
 
   add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
-      [--retry-on-exit]
+      [--retry-on-exit] [--after JOB[,JOB]] [--priority N]
       [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
       [--partition P] -- ARGV...
@@ -18,6 +18,10 @@ when the job is recorded and a live runner will see it, see ``add_job``):
   ls [--json]                 the folded state
   kill ID [--grace S] [--wait S]
   relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
+  pause | resume              start no new job / start them again (running ones go on)
+  show ID                     one job as ``ls`` has it, with its newest checkpoint
+  edit ID [--name N] [--gpus K] [--env K=V]... [--unset-env K]... [-- ARGV...]
+                              a changed copy as a new job (the old one is kept)
   logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
   logs ID --lines N | --end E [--max-bytes M] | --json   one log chunk as JSON (the probe's)
   install-reboot-hook         @reboot crontab line that restarts this queue's runner (GEN6)
@@ -51,6 +55,7 @@ from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
     LIVE_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
     WriteFailed,
@@ -237,7 +242,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     runner = _runner_info(qdir)
     views = [job_view(j, qdir) for j in jobs]
     for view in views:
-        view["waiting"] = _waiting(view, runner)
+        view["waiting"] = _waiting(view, runner, bool(state["config"].get("paused")))
     return {
         "queue": queue,
         "dir": qdir,
@@ -253,11 +258,13 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     }
 
 
-def _waiting(job: Dict[str, Any], runner: Dict[str, Any]) -> Optional[str]:
+def _waiting(job: Dict[str, Any], runner: Dict[str, Any], paused: bool) -> Optional[str]:
     """Why a queued box job has not started (issue 17): the runner's reason (a slot, GPUs
     held by a foreign pid, the job ahead), or that no runner is there to start it."""
     if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
         return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
+    if paused:
+        return PAUSED_WAIT  # said with or without a runner: a paused queue's runner may leave
     if not runner.get("alive"):
         return "no runner: the next queue add starts one"
     blocked = runner.get("blocked")
@@ -462,6 +469,10 @@ def _cmd_add(argv: List[str]) -> int:
                         help="VRAM the job needs per GPU; the doctor warns when it cannot fit")
     parser.add_argument("--retry-on-exit", action="store_true",
                         help="also retry non-zero exit codes (default: signals/vanish only)")
+    parser.add_argument("--after", default=None, metavar="JOB[,JOB]",
+                        help="start only after these jobs succeeded; one failing fails this")
+    parser.add_argument("--priority", type=int, default=0,
+                        help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--front", action="store_true")
@@ -479,6 +490,14 @@ def _cmd_add(argv: List[str]) -> int:
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
     if args.backend == queue_slurm.BACKEND or (
             args.backend is None and queue_slurm.is_default(root, queue)):
+        if args.after or args.priority:
+            # Slurm orders and chains its own jobs; a box-queue field it would ignore is
+            # refused rather than dropped without a word.
+            _emit({"ok": False, "recorded": False, "queue": queue,
+                   "error": "--after and --priority order the box's own queue; Slurm does "
+                            "not read them",
+                   "fix": "leave them out on a Slurm host (Slurm orders its queue itself)"})
+            return 1
         try:
             doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
@@ -489,12 +508,31 @@ def _cmd_add(argv: List[str]) -> int:
             return queue_slurm.emit_error(exc)
         _emit(doc)
         return 0 if doc.get("ok") else 1
+    try:
+        after = _known_jobs(root, queue, args.after)
+    except ValueError as exc:
+        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
     fields = dict(name=args.name, argv=cmd, cwd=cwd, env=_parse_env(args.env), gpus=args.gpus,
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
-                  durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib)
+                  durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
+                  after=after, priority=args.priority)
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     _emit(doc)
     return 0 if doc["ok"] else 1
+
+
+def _known_jobs(root: str, queue: str, spec: Optional[str]) -> List[str]:
+    """The ``--after`` ids, each a job of this queue (ValueError names the one that is not)."""
+    if not spec:
+        return []
+    ids = [part.strip() for part in spec.split(",") if part.strip()]
+    jobs = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"]
+    for job in ids:
+        if job not in jobs:
+            raise ValueError(f"--after {job}: no such job in queue {queue}")
+    return ids
 
 
 def _not_recorded(queue: str, exc: OSError) -> Dict[str, Any]:
@@ -707,6 +745,84 @@ def _slurm_request(kind: str, root: str, queue: str, job: str) -> int:
     return 0 if doc.get("ok") else 1
 
 
+def _pause(paused: bool) -> Any:
+    def run(argv: List[str]) -> int:
+        verb = "pause" if paused else "resume"
+        parser = argparse.ArgumentParser(prog=f"gpuroom-remote queue {verb}")
+        _common(parser)
+        args = parser.parse_args(argv)
+        root, queue = root_dir(args.root), check_queue_name(args.queue)
+        # A setting the runner reads every tick: running jobs go on, no new one starts.
+        ev = _append_request(root, queue, "configured", paused=paused)
+        doc: Dict[str, Any] = {"ok": True, "queue": queue, "seq": ev["seq"], "paused": paused}
+        if not paused:
+            state = fold(read_events(queue_dir(root, queue))[0], queue)
+            if state["order"]:
+                doc["runner"] = start_runner(root, queue)  # queued jobs need one to start
+        _emit(doc)
+        return 0
+
+    return run
+
+
+def _cmd_show(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue show")
+    _common(parser)
+    parser.add_argument("job")
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    view = queue_view(root, queue)
+    found = [j for j in view["jobs"] if j["id"] == args.job]
+    if not found:
+        _emit({"ok": False, "queue": queue, "job": args.job,
+               "error": f"no job {args.job} in queue {queue}",
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
+    job = found[0]
+    job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+    view["jobs"] = [job]
+    view["ok"] = True
+    _emit(view)
+    return 0
+
+
+def _cmd_edit(argv: List[str]) -> int:
+    """A copy of a job with a changed argv, env or GPUs, added as a new job; the old one is
+    left as it is (its history stays), so a queued old one is removed with ``remove``."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    cmd = argv[cut + 1:]
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue edit")
+    _common(parser)
+    parser.add_argument("job")
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--gpus", type=int, default=None)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--unset-env", action="append", default=[], metavar="KEY")
+    parser.add_argument("--no-start", action="store_true")
+    args = parser.parse_args(argv[:cut])
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    old = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"].get(args.job)
+    if old is None:
+        _emit({"ok": False, "queue": queue, "job": args.job,
+               "error": f"no job {args.job} in queue {queue}",
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
+    env = {k: v for k, v in old["env"].items() if k not in args.unset_env}
+    env.update(_parse_env(args.env))
+    fields = {k: old[k] for k in ("argv", "cwd", "gpus", "vram_mib", "retries", "retry_on_exit",
+                                  "outputs", "durable_dir", "after", "priority")}
+    fields.update(name=args.name or (old["name"] if old["name"] != old["id"] else None),
+                  env=env, edited_from=old["id"])
+    if cmd:
+        fields["argv"] = cmd
+    if args.gpus is not None:
+        fields["gpus"] = args.gpus
+    doc = add_job(root, queue, fields, start=not args.no_start)
+    doc["edited_from"] = old["id"]
+    _emit(doc)
+    return 0 if doc["ok"] else 1
+
+
 def _cmd_logs(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue logs")
     _common(parser)
@@ -795,6 +911,10 @@ COMMANDS = {
     "relaunch": _simple_request("relaunch", ["requeued"]),
     "remove": _simple_request("remove", ["removed"]),
     "move": _simple_request("move", ["reordered"]),
+    "pause": _pause(True),
+    "resume": _pause(False),
+    "show": _cmd_show,
+    "edit": _cmd_edit,
     "logs": _cmd_logs,
     "install-reboot-hook": _cmd_install_reboot_hook,
     "_exec": exec_main,

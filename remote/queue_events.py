@@ -10,7 +10,9 @@ Who writes what (pueue's rule: one owner of job state):
   ``relaunch_requested``, ``remove_requested``, ``reorder_requested``;
 - only the runner appends JOB-STATE events: ``launching``, ``started``, ``exited``, ``killed``,
   ``requeued``, ``orphaned_by_reboot``, ``vanished``, ``removed``, ``reordered``,
-  ``rejected``, ``unschedulable``, ``synced``, ``sync_failed``. An event that answers a
+  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``.
+  Pausing is a setting (``configured`` with ``paused``): the runner reads it and starts
+  nothing new while it is true. An event that answers a
   request carries ``req`` = the request's seq; a request no event answers is pending.
 """
 
@@ -56,11 +58,17 @@ ACTIVE_STATES = ("launching", "running")  # a process exists or is being started
 FINAL_STATES = ("succeeded", "failed", "killed", "removed")  # nothing will change it again
 LIVE_STATES = ("queued", *ACTIVE_STATES)  # not final: waiting or active
 FAILED_STATES = ("failed",)  # ended badly without being asked to
-DEFAULT_CONFIG: Dict[str, Any] = {"slots": 1, "durable_dir": None, "idle_exit_s": 60.0,
-                                  "kill_grace_s": 30.0}
+# slots 0 = automatic: one job per GPU on a GPU box, one at a time on a CPU box.
+DEFAULT_CONFIG: Dict[str, Any] = {"slots": 0, "durable_dir": None, "idle_exit_s": 60.0,
+                                  "kill_grace_s": 30.0, "paused": False}
 CONFIG_TYPES: Dict[str, Tuple[Any, str]] = {
     "slots": (int, "an integer"), "durable_dir": (str, "a string"),
-    "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number")}
+    "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number"),
+    "paused": (bool, "true or false")}
+# What a queued job of a paused queue says it waits for (``queue ls``, the room).
+PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
+# The states of a dependency (``add --after``) that fail the jobs waiting for it.
+DEPENDENCY_FAILED_STATES = ("failed", "killed", "removed")
 
 
 def root_dir(root: Optional[str] = None) -> str:
@@ -370,9 +378,21 @@ def exit_fields(ev: Event) -> Dict[str, Any]:
     return out
 
 
+def job_ids(ev: Event, key: str) -> List[str]:
+    """A list of job ids (``after``): each one j<number>, else ValueError."""
+    ids = _strings(ev, key)
+    for job in ids:
+        if not JOB_ID_RE.match(job):
+            raise ValueError(f"{key}: {job[:40]!r} is not a job id (j<number>)")
+    return ids
+
+
 def _new_job(ev: Event) -> Dict[str, Any]:
     job_id = event_job_id(ev)
     argv = _strings(ev, "argv")
+    after = job_ids(ev, "after")
+    priority = int(_field(ev, "priority", int, "an integer") or 0)
+    edited_from = _field(ev, "edited_from", str, "a job id")
     return {
         "id": job_id,
         "name": _field(ev, "name", str, "a string") or job_id,
@@ -385,6 +405,9 @@ def _new_job(ev: Event) -> Dict[str, Any]:
         "retry_on_exit": bool(ev.get("retry_on_exit")),
         "outputs": _strings(ev, "outputs"),
         "durable_dir": _field(ev, "durable_dir", str, "a string"),
+        "after": after,
+        "priority": priority,
+        "edited_from": edited_from,
         "added": ev.get("t"),
         "added_seq": ev["seq"],
         "state": "queued",
@@ -438,6 +461,17 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
         else:
             order.append(job_id)
 
+    def place_by_priority(job_id: str) -> None:
+        # pueue's rule: a higher priority goes ahead of every queued job with a lower one,
+        # and behind those with the same or higher (first come, first served among equals).
+        prio = jobs[job_id]["priority"]
+        at = len(order)
+        for pos, other in enumerate(order):
+            if jobs[other]["priority"] < prio:
+                at = pos
+                break
+        order.insert(at, job_id)
+
     for ev in events:
         seq = ev["seq"]
         if seq <= last_seq:
@@ -458,7 +492,10 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 if added["id"] in jobs:
                     raise ValueError(f"job {added['id']} exists already")
                 jobs[added["id"]] = added
-                place(added["id"], bool(ev.get("front")))
+                if ev.get("front"):
+                    place(added["id"], True)
+                else:
+                    place_by_priority(added["id"])
                 continue
             if kind == "configured":
                 update = {k: _field(ev, k, CONFIG_TYPES[k][0], CONFIG_TYPES[k][1])
@@ -510,7 +547,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 _end_attempt(job, ev, kind)
                 job["state"] = "failed"
                 job["reason"] = ev.get("why") or kind
-            elif kind == "unschedulable":
+            elif kind in ("unschedulable", "dependency_failed"):
                 if job["id"] in order:
                     order.remove(job["id"])
                 job["state"] = "failed"

@@ -39,6 +39,8 @@ from . import hostinfo, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
+    DEPENDENCY_FAILED_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
     State,
@@ -796,9 +798,13 @@ class Runner:
     def launch_ready(self) -> None:
         """Launch what can run; every queued job left waiting gets its reason in
         ``self.blocked`` (runner.json), which ``queue ls`` and the room show (issue 17)."""
-        slots = max(1, int(self.config("slots")))
         self.blocked = {}
-        order = list(self.state["order"])
+        order = self.dependencies_met(list(self.state["order"]))
+        if self.config("paused"):
+            for job_id in order:
+                self.blocked[job_id] = PAUSED_WAIT
+            return
+        slots = self.slots()
         for pos, job_id in enumerate(order):
             if len(self.active) >= slots:
                 running = ", ".join(sorted(self.active))
@@ -846,6 +852,40 @@ class Runner:
             pick = free[:need]
             self.launch(job, pick, ",".join(str(g) for g in pick))
 
+    def slots(self) -> int:
+        """Jobs at once: the configured number, else one per GPU (1 on a CPU box)."""
+        configured = int(self.config("slots") or 0)
+        if configured > 0:
+            return configured
+        return max(1, len(self.inventory()[0]))
+
+    def dependencies_met(self, order: List[str]) -> List[str]:
+        """The queued jobs whose ``after`` jobs all succeeded, in order. One that waits says
+        for which job; one whose dependency failed, was killed or removed fails with that
+        reason (pueue's rule), and so do the jobs waiting for it, tick by tick."""
+        ready = []
+        for job_id in order:
+            job = self.state["jobs"][job_id]
+            waiting: List[str] = []
+            failed: Optional[str] = None
+            for dep in job.get("after") or []:
+                other = self.state["jobs"].get(dep)
+                if other is None:
+                    failed = f"dependency {dep} does not exist"
+                elif other["state"] in DEPENDENCY_FAILED_STATES:
+                    failed = f"dependency {dep} {other['state']}"
+                elif other["state"] != "succeeded":
+                    waiting.append(dep)
+                if failed:
+                    break
+            if failed:
+                self.emit("dependency_failed", job=job_id, why=failed)
+            elif waiting:
+                self.blocked[job_id] = f"waiting for {', '.join(waiting)} (dependency)"
+            else:
+                ready.append(job_id)
+        return ready
+
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
         n = len(job["attempts"]) + 1
@@ -883,7 +923,10 @@ class Runner:
 
     # ----- main loop
     def has_work(self) -> bool:
-        return bool(self.active or self.state["order"] or self.state["pending_requests"]
+        # A paused queue's waiting jobs are no work: its runner may leave when idle, and
+        # `queue resume` starts one again.
+        waiting = self.state["order"] and not self.config("paused")
+        return bool(self.active or waiting or self.state["pending_requests"]
                     or self.syncing or any(
                         (j.get("sync") or {}).get("state") == "pending"
                         for j in self.state["jobs"].values()))

@@ -609,6 +609,11 @@ class Job(View):
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")
+    priority: int | None = key(integer)  # higher starts first among the queued jobs
+    position: int | None = key(integer)  # a queued job's place in line (0: next to start)
+    after: tuple[str, ...] = key(texts)  # jobs that must succeed before this one starts
+    edited_from: str | None = key(text)  # the job this one is an edited copy of
+    log_path: str | None = key(text, current="log")  # the log file's path on the box
     ckpt_dir: str | None = key(text)
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))

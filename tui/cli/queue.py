@@ -19,7 +19,9 @@ from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_t
 from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
+from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
+from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
@@ -28,13 +30,16 @@ LOG_CHUNK_BYTES = 256 << 10
 LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
+REDACTED = "<hidden>"  # an env value in queue show --json
+ANY_HOST = "any"  # queue add --host any: the host with the asked GPUs free (or a list a,b)
 
 
 def add_cli(sub: Any) -> None:
     queue = sub.add_parser("queue", help="the job queue on a host")
     qsub = queue.add_subparsers(dest="queue_cmd", required=True)
-    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS...")
-    p.add_argument("host")
+    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS... "
+                        "(HOST 'any' or a,b: the host with the asked GPUs and VRAM free now)")
+    p.add_argument("host", help="a configured host, 'any', or a comma-separated list")
     p.add_argument("--name")
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--retries", type=int, default=0)
@@ -45,6 +50,11 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    p.add_argument("--retry-on-exit", action="store_true",
+                   help="retry a non-zero exit too (default: only deaths by a signal)")
+    p.add_argument("--after", metavar="JOB[,JOB]",
+                   help="start only after these jobs succeeded; one failing fails this job")
+    p.add_argument("--priority", type=int, help="higher starts first among queued jobs")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
@@ -59,6 +69,10 @@ def add_cli(sub: Any) -> None:
     p = qsub.add_parser("config", help="the queue's settings on a host (Slurm: SLURM_CONF, "
                         "partition, default --time and warning lead)")
     p.add_argument("host")
+    p.add_argument("--slots", type=int,
+                   help="jobs at once (0: one per GPU on a GPU box, 1 on a CPU box)")
+    p.add_argument("--idle-exit", type=float, help="idle seconds before the runner leaves")
+    p.add_argument("--kill-grace", type=float, help="seconds from SIGTERM to SIGKILL on kill")
     p.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands on the login node")
     p.add_argument("--partition")
     p.add_argument("--time")
@@ -69,11 +83,35 @@ def add_cli(sub: Any) -> None:
                         "queued job waits")
     p.add_argument("host")
     p.add_argument("--json", action="store_true")
-    for verb in ("kill", "relaunch"):
-        p = qsub.add_parser(verb)
+    for verb, what in (("kill", "kill a job (SIGTERM, then SIGKILL after the grace)"),
+                       ("relaunch", "run a finished job again as a new attempt"),
+                       ("rm", "remove a queued job (a running one must be killed first)"),
+                       ("show", "one job in full: argv, env keys, attempts, checkpoint, log")):
+        p = qsub.add_parser(verb, help=what)
         p.add_argument("host")
         p.add_argument("job")
         p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("mv", help="move a queued job to a position (0: next to start)")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--to", type=int, required=True, metavar="POS")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    for verb, what in (("pause", "start no new job on the host (running ones go on)"),
+                       ("resume", "start queued jobs again")):
+        p = qsub.add_parser(verb, help=what)
+        p.add_argument("host")
+        p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("edit", help="add a changed copy of a job (argv, env, GPUs) as a new "
+                        "job; the old one is kept: gpuroom queue edit HOST JOB [opts] [-- CMD]")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--name")
+    p.add_argument("--gpus", type=int)
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--unset-env", action="append", default=[], metavar="K")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
+    p.set_defaults(add_parser=p)
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
@@ -150,14 +188,59 @@ def job_argv(args: argparse.Namespace) -> list[str]:
     """The job's command of `queue add`; options written after HOST (`add HOST --name x --
     cmd`), which REMAINDER swallowed, are parsed into ``args`` as this verb's options."""
     argv = list(args.argv)
-    if argv[:1] and argv[0] != "--" and argv[0].startswith("-") and "--" in argv:
-        cut = argv.index("--")
-        args.add_parser.parse_args([*argv[:cut], args.host], namespace=args)
+    # `edit HOST JOB --env K=V` (no new command): every word is an option of the verb.
+    needs_cut = args.queue_cmd != "edit"
+    if argv[:1] and argv[0] != "--" and argv[0].startswith("-") and (
+            "--" in argv or not needs_cut):
+        cut = argv.index("--") if "--" in argv else len(argv)
+        positionals = [args.host, *([args.job] if args.queue_cmd == "edit" else [])]
+        args.add_parser.parse_args([*argv[:cut], *positionals], namespace=args)
         argv = argv[cut:]
+        args.argv = argv  # parsed once: a second call must not append --env twice
     return argv[1:] if argv[:1] == ["--"] else argv
 
 
+def _many_hosts(host: str) -> bool:
+    return host == ANY_HOST or "," in host
+
+
+async def _place(args: argparse.Namespace) -> int | None:
+    """``add --host any`` (or a list): poll the hosts, pick the one with the asked GPUs and
+    VRAM free (tui/rules/placement.py), say which and why; None when one was picked."""
+    config = load_config(args)
+    hosts = [h.name for h in config.effective_hosts()]
+    wanted = hosts if args.host == ANY_HOST else [h.strip() for h in args.host.split(",")
+                                                   if h.strip()]
+    unknown = [h for h in wanted if h not in hosts]
+    if unknown:
+        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+    fleet = Fleet(config)
+    try:
+        states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
+    finally:
+        await fleet.close()
+    gpus = 1 if args.gpus is None else args.gpus
+    placed = choose_host([Candidate(s.name, s.state, s.view, s.error) for s in states],
+                         gpus, args.vram_mib)
+    for line in placed.seen:
+        print_line(f"  {line}", "dim", err=True)
+    if placed.host is None:
+        print_line(with_fix(f"gpuroom queue add: {placed.why}",
+                            "wait, ask for fewer GPUs or less VRAM, or name a host"),
+                   "red", err=True)
+        return 1
+    print_line(placed.why, err=bool(args.json))
+    args.host = placed.host
+    return None
+
+
 async def _run(args: argparse.Namespace) -> int:
+    if args.queue_cmd == "add" and _many_hosts(args.host):
+        job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
+        refused = await _place(args)
+        if refused is not None:
+            return refused
     fleet, backend = _fleet(args)
     link = fleet.link(args.host)
     try:
@@ -179,12 +262,22 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--env", item]
             for item in args.output:
                 opts += ["--output", item]
+            if args.retry_on_exit:
+                opts.append("--retry-on-exit")
+            if args.after:
+                opts += ["--after", args.after]
+            if args.priority is not None:
+                opts += ["--priority", str(args.priority)]
             opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
             return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
+            for flag in ("slots", "idle_exit", "kill_grace"):
+                value = getattr(args, flag)
+                if value is not None:
+                    opts += ["--" + flag.replace("_", "-"), str(value)]
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             return _answer(args, doc)
         if args.queue_cmd == "ls":
@@ -194,11 +287,31 @@ async def _run(args: argparse.Namespace) -> int:
             else:
                 _print_jobs(doc)
             return 0
-        if args.queue_cmd in ("kill", "relaunch"):
+        if args.queue_cmd in ("kill", "relaunch", "rm", "mv"):
+            verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
+            extra = [str(args.to)] if args.queue_cmd == "mv" else []
             doc = _json_or_fail(args.host, args.queue_cmd,
-                                await link.helper("queue", args.queue_cmd, args.job,
+                                await link.helper("queue", verb, args.job, *extra,
                                                   timeout_s=180.0))
             return _answer(args, doc)
+        if args.queue_cmd in ("pause", "resume"):
+            doc = _json_or_fail(args.host, args.queue_cmd,
+                                await link.helper("queue", args.queue_cmd))
+            return _answer(args, doc)
+        if args.queue_cmd == "edit":
+            argv = job_argv(args)
+            opts = [*(["--name", args.name] if args.name else []),
+                    *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
+            for item in args.env:
+                opts += ["--env", item]
+            for item in args.unset_env:
+                opts += ["--unset-env", item]
+            doc = _json_or_fail(args.host, "edit", await link.helper(
+                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else [])))
+            return _answer(args, doc)
+        if args.queue_cmd == "show":
+            doc = _json_or_fail(args.host, "show", await link.helper("queue", "show", args.job))
+            return _show(args, doc)
         if args.queue_cmd == "logs":
             return await _logs(link, args)
         return 2
@@ -224,7 +337,8 @@ def answer_text(verb: str, host: str, doc: dict[str, Any]) -> str:
     if doc.get("result") == "rejected":
         why = (doc.get("event") or {}).get("why") or doc.get("why") or doc.get("error") \
             or "nothing to do"
-        return f"{host}: {job} not {verb}ed: {why}"
+        done = {"rm": "removed", "mv": "moved", "kill": "killed"}.get(verb, verb + "ed")
+        return f"{host}: {job} not {done}: {why}"
     if not doc.get("ok"):
         why = str(doc.get("error") or (doc.get("event") or {}).get("why")
                   or doc.get("why") or doc.get("result") or "the box said no")
@@ -236,12 +350,43 @@ def answer_text(verb: str, host: str, doc: dict[str, Any]) -> str:
         return f"{host}: added {job} to {where}"
     if verb == "config":
         return f"{host}: queue {queue} configured"
+    if verb in ("pause", "resume"):
+        if verb == "pause":
+            return f"{host}: queue {queue} paused: no new job starts; running ones go on"
+        return f"{host}: queue {queue} resumed: queued jobs start again"
+    if verb == "edit":
+        return f"{host}: added {job}, an edited copy of {doc.get('edited_from')} (which is kept)"
+    if verb == "rm":
+        return f"{host}: {job} removed from the queue"
+    if verb == "mv":
+        return f"{host}: {job} moved to position {(doc.get('event') or {}).get('position')}"
     result = str(doc.get("result") or "")
     event = doc.get("event") or {}
     if verb == "kill":
         how = event.get("sent") or event.get("was")
         return f"{host}: {job} killed" + (f" ({how})" if how else "")
     return f"{host}: {job} {result or 'requeued'}: the same command runs as a new attempt"
+
+
+def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """``queue show``: the job's lines (tui/present/jobdetail.py), or its JSON with every env
+    value replaced, since a value may be a token (secrets never leave as text)."""
+    if not doc.get("ok"):
+        return _answer(args, doc)
+    jobs = doc.get("jobs")
+    if args.json:
+        for job in jobs if isinstance(jobs, list) else []:
+            if isinstance(job, dict) and isinstance(job.get("env"), dict):
+                job["env"] = dict.fromkeys(job["env"], REDACTED)
+        print(json.dumps(doc))
+        return 0
+    view = read_queue_view(doc)
+    if not view.jobs:
+        print_line(f"{args.host}: no job {args.job} in the answer", "red", err=True)
+        return 1
+    for line in detail_lines(view.jobs[0], time.time()):
+        print_line(line)
+    return 0
 
 
 async def _logs(link: Any, args: argparse.Namespace) -> int:
@@ -289,8 +434,13 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     view = read_queue_view(doc)
     slurm = any(job.slurm_id for job in view.jobs)
     waiting = any(job.waiting for job in view.jobs)
-    columns = ["id", "name", "state", "attempts", "exit", "duration", "command"]
-    extra = [*(["waits for"] if waiting else []), *(["slurm"] if slurm else [])]
+    # Priority and dependencies get their columns once any job has one (issue 20).
+    prio = any(job.priority for job in view.jobs)
+    after = any(job.after for job in view.jobs)
+    columns = ["id", "name", "state", *(["prio"] if prio else []), "attempts", "exit",
+               "duration", "command"]
+    extra = [*(["after"] if after else []), *(["waits for"] if waiting else []),
+             *(["slurm"] if slurm else [])]
     table = box_table(f"queue {view.name}", [*columns, *extra])
     for job in view.jobs:
         last = job.last_attempt
@@ -300,9 +450,12 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         elif last is not None and last.signal:
             exit_text = f"sig {last.signal}"
         duration = last.duration if last is not None else None
-        cells: list[Cell] = [job.id, job.name or "", job.state, len(job.attempts), exit_text,
-                             fmt_age(duration),
+        cells: list[Cell] = [job.id, job.name or "", job.state,
+                             *([job.priority or 0] if prio else []), len(job.attempts),
+                             exit_text, fmt_age(duration),
                              fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
+        if after:
+            cells.append(",".join(job.after))
         if waiting:
             cells.append(job.waiting or "")
         if slurm:

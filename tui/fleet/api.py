@@ -51,6 +51,18 @@ class FleetAPI(Protocol):
 
     async def queue_relaunch(self, host: str, job_id: str) -> None: ...
 
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        """Take a queued job off the host's queue (the box refuses a running one)."""
+        ...
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        """Move a queued job to ``position`` among the queued jobs (0: next to start)."""
+        ...
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        """Pause (start no new job; running ones go on) or resume the host's queue."""
+        ...
+
     def mark_pending(self, host: str, action: PendingAction) -> None:
         """Show ``action`` on ``host`` as sent until a snapshot confirms it."""
         ...
@@ -199,6 +211,16 @@ class StaticFleet(PendingLedger):
 
     async def queue_relaunch(self, host: str, job_id: str) -> None:
         raise FleetError(f"{host}: this is a recording; job {job_id} cannot be relaunched")
+
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be removed")
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be moved")
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        raise FleetError(f"{host}: this is a recording; its queue cannot be "
+                         f"{'paused' if paused else 'resumed'}")
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self._ssh.get(host)

@@ -307,6 +307,15 @@ class Fleet(PendingLedger):
     async def queue_relaunch(self, host: str, job_id: str) -> None:
         await self._queue_call(host, "relaunch", job_id)
 
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        await self._queue_call(host, "remove", job_id)
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        await self._queue_call(host, "move", job_id, str(position))
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        await self._queue_call(host, "pause" if paused else "resume")
+
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()
 

@@ -68,6 +68,7 @@ class JobRow:
     signal: str = ""
     # Why a queued job waits (a slot, GPUs held by pid N (GEN7), the job ahead, no runner)
     waiting: str = ""
+    position: int | None = None  # a queued job's place in line (0: next to start)
 
     @property
     def state_text(self) -> str:
@@ -127,6 +128,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 slurm=slurm_summary(j),
                 signal=fmt_text(last.signal) if last is not None else "",
                 waiting=fmt_text(j.waiting),
+                position=j.position,
             )
         )
         for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i

@@ -57,6 +57,7 @@ from gpuroom.tui.room.screens import (
     key_hint,
     key_label,
 )
+from gpuroom.tui.room.steer import SteerKeys
 from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
@@ -107,7 +108,7 @@ class GpuroomCommands(Provider):
                 )
 
 
-class GpuroomApp(App[None]):
+class GpuroomApp(SteerKeys):
     """gpuroom's TUI. ``clock`` is injectable so ages in tests and snapshots are fixed."""
 
     TITLE = "gpuroom"

@@ -40,6 +40,11 @@ KEYS: tuple[Key, ...] = (
     Key("ctrl+p", "command_palette", "command palette", palette=False),
     Key("K", "kill", "kill the selected job (asks first)", short="kill", group="job"),
     Key("R", "relaunch", "relaunch the selected job", short="relaunch", group="job"),
+    Key("x", "remove", "remove the queued job (asks first)"),
+    Key("plus", "move_up", "move the queued job one place earlier"),
+    Key("minus", "move_down", "move the queued job one place later"),
+    Key("z", "pause_queue", "pause the host's queue (asks first)"),
+    Key("g", "resume_queue", "resume the host's queue"),
     Key("a", "add_job", "add a job to the selected host's queue", short="add", group="job"),
     Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
         "else the host's whole state, error and fix", short="detail"),
@@ -54,7 +59,8 @@ KEYS: tuple[Key, ...] = (
     Key("q", "quit", "quit", short="quit"),
 )
 
-_KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab"}
+_KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab", "plus": "+",
+              "minus": "-"}
 
 
 def key_label(spec: str) -> str:
@@ -114,15 +120,16 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes: str = "Kill") -> None:
         super().__init__()
         self.question = question
+        self.yes = yes  # the button's verb: what "y" does
 
     def compose(self) -> ComposeResult:
         with Grid():
             # The job name comes from the box: never parse it as markup.
             yield Label(self.question, id="question", markup=False)
-            yield Button("Kill (y)", variant="error", id="yes")
+            yield Button(f"{self.yes} (y)", variant="error", id="yes")
             yield Button("Cancel (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:

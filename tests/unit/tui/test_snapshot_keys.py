@@ -145,6 +145,9 @@ ELSEWHERE = {
     "queue.queues{}.jobs[].waiting", "queue.queues{}.runner.pid",
     "queue.queues{}.runner.heartbeat", "queue.queues{}.runner.write_error",
     "queue.queues{}.runner.error",
+    # Queue control of a local job (issue 20): its priority, dependencies, edited origin.
+    "queue.queues{}.jobs[].priority", "queue.queues{}.jobs[].after",
+    "queue.queues{}.jobs[].edited_from",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
 }
