@@ -14,6 +14,8 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from .vram import annotate_processes
+
 Row = Dict[str, Any]
 
 # nvidia-smi hangs for tens of seconds on a wedged GPU; the probe must answer before that.
@@ -671,6 +673,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
             return {"gpus": [], "gpu_source": "nvml", "gpu_error": f"NVML: {exc}",
                     "gpu_nvml_error": str(exc)}
         state["gpu_pids"] = _gpu_pids(gpus)
+        annotate_processes(gpus)
         return {"gpus": gpus, "gpu_source": "nvml", "gpu_error": None, "gpu_nvml_error": None}
     binary = find_nvidia_smi()
     if binary is None:
@@ -683,6 +686,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 "gpu_nvml_error": nvml_error}
     if pids is not None:
         state["gpu_pids"] = pids
+    annotate_processes(gpus)
     return {"gpus": gpus, "gpu_source": "nvidia-smi", "gpu_error": error,
             "gpu_nvml_error": nvml_error}
 

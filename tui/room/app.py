@@ -32,10 +32,17 @@ from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.box import BoxHistory
 from gpuroom.tui.present.detail import host_detail, job_detail
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_clock, fmt_cut, fmt_progress
-from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
+from gpuroom.tui.present.gpus import (
+    HISTORY_LEN,
+    GpuView,
+    gpu_absence,
+    gpu_processes,
+    gpu_rows,
+)
 from gpuroom.tui.present.hosts import billed_cell, host_row, link_problem, link_text
 from gpuroom.tui.present.jobs import (
     JobRow,
@@ -188,6 +195,7 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+        self._box_history = BoxHistory()
         self._footer: Footer | None = None
         self._hint: Static | None = None
 
@@ -399,7 +407,8 @@ class GpuroomApp(App[None]):
             snap = h.view
             billed = billed_seconds(snap, now, h.rented_at) if snap is not None else None
             rows.append(host_row(h, now, billed=billed_cell(h.price_per_hour, billed),
-                                 findings=severities.get(h.name, ())))
+                                 findings=severities.get(h.name, ()),
+                                 box=self._box_history.view(h.name, snap)))
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
         # Findings and clocks once per redraw: banner and alerts read the same lists.
@@ -416,6 +425,7 @@ class GpuroomApp(App[None]):
         if h.last_ok is None or self._history_at.get(h.name) == h.last_ok:
             return
         self._history_at[h.name] = h.last_ok
+        self._box_history.observe(h.name, h.view)
         sm = self._gpu_sm.setdefault(h.name, {})
         pw = self._gpu_pw.setdefault(h.name, {})
         for g in gpu_rows(h.view):
@@ -448,6 +458,8 @@ class GpuroomApp(App[None]):
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
             problem=lines,
+            processes=tuple(gpu_processes(h.view)),
+            box=self._box_history.view(h.name, h.view) if h.view is not None else None,
         )
         disk = self.query_one(DiskPanel)
         disk.disks = tuple(disk_rows(h.view))
