@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from .vram import annotate_processes
+from .vram import proc_owner
 
 Row = Dict[str, Any]
 
@@ -468,7 +468,7 @@ def _nvml_gpu(nvml: Any, index: int) -> Row:
                 continue
             by_pid[p.pid] = {"pid": p.pid, "type": kind, "name": None,
                              "used_mib": used // _MIB if used is not None else None,
-                             "comm": proc_comm(p.pid)}
+                             "comm": proc_comm(p.pid), **proc_owner(p.pid)}
     gpu["processes"] = list(by_pid.values())
     return gpu
 
@@ -617,7 +617,7 @@ def _smi_processes(binary: str, gpus: List[Row]) -> Tuple[Optional[Set[int]], Op
                 owner["processes"].append({
                     "pid": pid, "type": "C", "name": row.get("process_name"),
                     "used_mib": row.get("used_gpu_memory", row.get("used_memory")),
-                    "comm": proc_comm(pid)})
+                    "comm": proc_comm(pid), **proc_owner(pid)})
         return pids, None
     table_out, table_error = run_nvidia_smi(binary, [])
     if table_out is None:
@@ -629,7 +629,8 @@ def _smi_processes(binary: str, gpus: List[Row]) -> Tuple[Optional[Set[int]], Op
         if owner is not None:
             owner["processes"].append({
                 "pid": proc["pid"], "type": proc["type"], "name": proc["name"],
-                "used_mib": proc["used_mib"], "comm": proc_comm(proc["pid"])})
+                "used_mib": proc["used_mib"], "comm": proc_comm(proc["pid"]),
+                **proc_owner(proc["pid"])})
     return pids, None
 
 
@@ -673,7 +674,6 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
             return {"gpus": [], "gpu_source": "nvml", "gpu_error": f"NVML: {exc}",
                     "gpu_nvml_error": str(exc)}
         state["gpu_pids"] = _gpu_pids(gpus)
-        annotate_processes(gpus)
         return {"gpus": gpus, "gpu_source": "nvml", "gpu_error": None, "gpu_nvml_error": None}
     binary = find_nvidia_smi()
     if binary is None:
@@ -686,7 +686,6 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 "gpu_nvml_error": nvml_error}
     if pids is not None:
         state["gpu_pids"] = pids
-    annotate_processes(gpus)
     return {"gpus": gpus, "gpu_source": "nvidia-smi", "gpu_error": error,
             "gpu_nvml_error": nvml_error}
 

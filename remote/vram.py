@@ -47,15 +47,6 @@ def proc_owner(pid: int) -> Dict[str, Any]:
     return {"user": user, "pgid": pgid}
 
 
-def annotate_processes(gpus: Iterable[Dict[str, Any]]) -> None:
-    """Add ``user`` and ``pgid`` to every process of every GPU row, in place."""
-    for gpu in gpus:
-        for proc in gpu.get("processes") or []:
-            pid = proc.get("pid")
-            proc.update(proc_owner(pid) if isinstance(pid, int) else
-                        {"user": None, "pgid": None})
-
-
 def _read_text(path: str, limit: int = 4096) -> Optional[str]:
     try:
         with open(path, "rb") as f:

@@ -17,12 +17,14 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
 from gpuroom.tui.cli.load import load_config
-from gpuroom.tui.cli.tables import add_row, box_table, print_table
+from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.box import BoxHistory
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.gpus import gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
@@ -93,6 +95,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if all(s.state is LinkState.UP for s in states) else EXIT_UNREACHABLE
 
 
+def _print_probe(state: HostState) -> None:
+    """``probe --human``: the box's CPU and memory, then every GPU process, marked as the GPU
+    pane marks it (job, display, foreign, zombie U11)."""
+    box = BoxHistory().view(state.name, state.view)
+    print_line(f"{state.name}: " + "  ".join(box.parts()))
+    table = box_table(f"GPU processes on {state.name}",
+                      ("gpu", "pid", "user", "type", "MiB", "what", "command"))
+    for p in gpu_processes(state.view):
+        add_row(table, (p.gpu, p.pid, p.user, p.type, p.vram,
+                        (p.mark_text, {"foreign": "yellow", "zombie": "red"}.get(p.mark, "")),
+                        p.command))
+    print_table(table)
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
@@ -112,6 +128,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if state.state is not LinkState.UP:
         print(f"gpuroom: {state.error}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    if args.human:
+        _print_probe(state)
+        return EXIT_OK
     json.dump(state.snapshot, sys.stdout, indent=None if args.compact else 2)
     sys.stdout.write("\n")
     return EXIT_OK
@@ -272,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="print one host's raw snapshot")
     p.add_argument("name")
     p.add_argument("--compact", action="store_true")
+    p.add_argument("--human", action="store_true",
+                   help="CPU, memory and GPU processes as tables instead of the raw JSON")
     p.set_defaults(func=cmd_probe)
 
     hosts = sub.add_parser("hosts", help="manage hosts.toml")

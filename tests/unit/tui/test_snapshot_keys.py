@@ -123,7 +123,9 @@ def real_documents() -> list[Any]:
     docs: list[Any] = [SESSION[-1]["snapshot"], SESSION[len(SESSION) // 2]["snapshot"],
                        {"gpus": gpu.nvml_gpus(FakeNvml())},
                        # The disk collector run here: newer keys than the recorded session.
-                       {"disks": hostinfo.disks([])}]
+                       {"disks": hostinfo.disks([])},
+                       # And the cgroup collector: its CPU time is newer than the session.
+                       {"cgroup": hostinfo.cgroup_facts()}]
     if FIXTURES.is_dir():
         docs.append({"kernel": {"events": kernel_events(FIXTURES)}})
     return docs
