@@ -50,9 +50,26 @@ class GpuPanel(Widget):
 
     view: reactive[GpuView | None] = reactive(None)
     """The selected host's GPUs with their recent SM clock and power history."""
+    show_processes: reactive[bool] = reactive(False)
+    """Key p: the whole pane lists the GPU processes instead of the GPU rows."""
 
     def watch_view(self, view: GpuView | None) -> None:
-        self.border_title = Text(f"gpu {view.host}" if view else "gpu")
+        self._titles(view)
+
+    def watch_show_processes(self, _: bool) -> None:
+        self._titles(self.view)
+
+    def _titles(self, view: GpuView | None) -> None:
+        if view is None:
+            self.border_title = Text("gpu")
+            return
+        count = len(view.processes)
+        # The section under the GPU rows may be cut on a many-GPU box: say how to see it all.
+        if self.show_processes:
+            title = f"gpu processes {view.host} (p: GPU rows)"
+        else:
+            title = f"gpu {view.host}" + (f" (p: {count} processes)" if count else "")
+        self.border_title = Text(title)
 
     def render(self) -> RenderableType:
         view = self.view
@@ -65,7 +82,7 @@ class GpuPanel(Widget):
             parts.append(Text(f"no GPU ({view.absence})", style="dim"))
         if view.box is not None and not view.problem:
             parts.append(self._box_line(view.box))
-        if view.rows:
+        if view.rows and not self.show_processes:
             parts.append(self._table(view))
         if view.processes:
             parts.append(self._processes(view.processes))
@@ -77,8 +94,10 @@ class GpuPanel(Widget):
         cpu, mem, load = box.parts()
         cpu_hist, mem_hist = box.sparklines()
         wide = self.size.width >= WIDE
-        text = Text("box ", style="bold")
-        text.append(cpu, style=LEVEL_STYLE[box.cpu_level])
+        # One line, cut with "…" at a narrow pane's edge, never wrapped over the GPU rows.
+        text = Text("box ", style="bold", no_wrap=True, overflow="ellipsis")
+        text.append(cpu + (" quota" if box.quota and wide else ""),
+                    style=LEVEL_STYLE[box.cpu_level])
         if wide:
             text.append(" " + cpu_hist, style="cyan")
         text.append("  ")

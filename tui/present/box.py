@@ -68,11 +68,11 @@ class BoxView:
         return f"{pct(self.cpu_pct)} {pct(self.mem_pct)}"
 
     def parts(self) -> tuple[str, str, str]:
-        """(cpu, mem, load) for the box line: "cpu 1.5/4 vCPU quota", "mem 3.0GiB/8.0GiB",
-        "load 0.42/vCPU"."""
+        """(cpu, mem, load) for the box line: "cpu 1.5/4 vCPU", "mem 3.0GiB/8.0GiB",
+        "load 0.42/vCPU" (the limit is the quota when ``quota``, else the box's CPUs)."""
         limit = NA if self.cpu_limit is None else f"{self.cpu_limit:g}"
         used = NA if self.cpu_vcpus is None else f"{self.cpu_vcpus:.1f}"
-        cpu = f"cpu {used}/{limit} vCPU" + (" quota" if self.quota else "")
+        cpu = f"cpu {used}/{limit} vCPU"
         mem_limit = "no limit" if self.mem_limit is None else fmt_bytes(self.mem_limit)
         mem = f"mem {fmt_bytes(self.mem_bytes)}/{mem_limit}"
         load = NA if self.load_per_vcpu is None else f"{self.load_per_vcpu:.2f}"

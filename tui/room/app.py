@@ -558,6 +558,10 @@ class GpuroomApp(App[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
 
+    def action_toggle_processes(self) -> None:
+        gpu = self.query_one(GpuPanel)
+        gpu.show_processes = not gpu.show_processes
+
     def _recorded(self, verb: str) -> bool:
         """True (and said at once, before any dialog) when the room plays a recording: no
         key that needs a box can act on one (STYLE: replay is read-only by construction)."""

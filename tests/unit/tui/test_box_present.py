@@ -41,7 +41,7 @@ def test_cpu_use_is_the_cgroups_cpu_time_between_two_polls_against_its_quota() -
     assert view.cpu_vcpus is not None and abs(view.cpu_vcpus - 0.95) < 1e-9
     assert view.cell() == "95% 98%"
     assert (view.cpu_level, view.mem_level, view.level) == ("warn", "crit", "crit")
-    assert view.parts() == ("cpu 0.9/1 vCPU quota", "mem 7.8GiB/8.0GiB", "load 3.00/vCPU")
+    assert view.parts() == ("cpu 0.9/1 vCPU", "mem 7.8GiB/8.0GiB", "load 3.00/vCPU")
     assert view.cpu_history == (None, 95.0) and len(view.sparklines()[1]) == 2
 
 
