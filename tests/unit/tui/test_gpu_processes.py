@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from paths import FIXTURES
 
 from gpuroom.remote.gpu import parse_nvsmi_table
@@ -76,9 +77,27 @@ def test_display_processes_are_marked_display_and_zombies_come_last() -> None:
     assert rows[-1].mark_text == "zombie U11"
 
 
+@pytest.mark.attack("hostile text", "a GPU process's name, user and a zombie's cmdline carry "
+                    "OSC 52 and SGR escape sequences")
 def test_box_text_in_a_process_row_is_inert() -> None:
-    procs = [{"gpu": 0, "pid": 7, "type": "C", "name": "evil\x1b]52;c;aGk=\x07x",
+    procs = [{"gpu": 0, "pid": 7, "type": "C\x1b[2J", "name": "evil\x1b]52;c;aGk=\x07x",
               "used_mib": 5, "user": "\x1b[31mroot"}]
-    row = gpu_processes(snapshot(procs))[0]
-    assert "\x1b" not in row.command and "\x1b" not in row.user
+    holder = {"pid": 8, "comm": "x", "cmdline": "python3 \x1b]52;c;aGk=\x07", "user": "\x9b2J"}
+    rows = gpu_processes(snapshot(procs, holders=[holder]))
+    assert [r.mark for r in rows] == ["foreign", "zombie"]
+    for row in rows:
+        for cell in (row.command, row.user, row.type):
+            assert "\x1b" not in cell and "\x07" not in cell and "\x9b" not in cell
     assert gpu_processes(None) == []
+
+
+@pytest.mark.attack("bad answers", "a process row with a bool pid, a list pgid, a numeric user "
+                    "and NaN VRAM, and a processes field that is not a list")
+def test_torn_process_fields_read_as_unknown_never_as_a_job() -> None:
+    job = {"id": "j1", "state": "running", "attempts": [{"attempt": 1, "pid": 1, "start": 1.0}]}
+    procs = [{"gpu": 0, "pid": True, "pgid": [1], "user": 5, "used_mib": "NaN", "type": None}]
+    row = gpu_processes(snapshot(procs, [job]))[0]
+    # True is no pid 1 (the number rule): the job's attempt does not claim this row.
+    assert (row.pid, row.user, row.vram, row.type, row.mark) == ("-", "5", "-", "-", "foreign")
+    snap = read_snapshot({"gpus": [{"index": 0, "processes": "pid 1"}]})
+    assert gpu_processes(snap) == []
