@@ -21,10 +21,10 @@ from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.box import BoxHistory
+from gpuroom.tui.present.box import BoxHistory, BoxView
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
-from gpuroom.tui.present.gpus import gpu_processes
+from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
@@ -34,6 +34,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
+HUMAN_CPU_INTERVAL_S = 1.0  # probe --human polls twice this far apart to measure CPU use
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
@@ -95,11 +96,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if all(s.state is LinkState.UP for s in states) else EXIT_UNREACHABLE
 
 
-def _print_probe(state: HostState) -> None:
+def _print_probe(state: HostState, box: BoxView) -> None:
     """``probe --human``: the box's CPU and memory, then every GPU process, marked as the GPU
     pane marks it (job, display, foreign, zombie U11)."""
-    box = BoxHistory().view(state.name, state.view)
     print_line(f"{state.name}: " + "  ".join(box.parts()))
+    absence = gpu_absence(state.view)
+    if absence is not None:
+        print_line(f"no GPU ({absence})")
+        return
     table = box_table(f"GPU processes on {state.name}",
                       ("gpu", "pid", "user", "type", "MiB", "what", "command"))
     for p in gpu_processes(state.view):
@@ -117,10 +121,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
 
+    history = BoxHistory()
+
     async def one() -> HostState:
         fleet = Fleet(config)
         try:
-            return await fleet.poll_host(args.name)
+            state = await fleet.poll_host(args.name)
+            if args.human and state.state is LinkState.UP:
+                # CPU use is CPU time over an interval: a second poll gives the rate.
+                history.observe(args.name, state.view)
+                await asyncio.sleep(HUMAN_CPU_INTERVAL_S)
+                state = await fleet.poll_host(args.name)
+            return state
         finally:
             await fleet.close()
 
@@ -129,7 +141,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"gpuroom: {state.error}", file=sys.stderr)
         return EXIT_UNREACHABLE
     if args.human:
-        _print_probe(state)
+        history.observe(args.name, state.view)
+        _print_probe(state, history.view(args.name, state.view))
         return EXIT_OK
     json.dump(state.snapshot, sys.stdout, indent=None if args.compact else 2)
     sys.stdout.write("\n")
