@@ -128,7 +128,9 @@ def real_documents() -> list[Any]:
                        ALLOCATION[-1]["snapshot"],
                        {"gpus": gpu.nvml_gpus(FakeNvml())},
                        # The disk collector run here: newer keys than the recorded session.
-                       {"disks": hostinfo.disks([])}]
+                       {"disks": hostinfo.disks([])},
+                       # And the cgroup collector: its CPU time is newer than the session.
+                       {"cgroup": hostinfo.cgroup_facts()}]
     if FIXTURES.is_dir():
         docs.append({"kernel": {"events": kernel_events(FIXTURES)}})
     return docs
