@@ -80,6 +80,9 @@ class HostConfig:
     python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
     # When billing started, if not at the box's boot (a stopped-then-started box, a reused one).
     rented_at: float | None = None
+    # Mirror running jobs' checkpoints home (tui/fleet/mirror.py); None: on where the profile
+    # says the box can vanish (spot), off elsewhere.
+    mirror: bool | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
 
     def to_toml(self) -> dict[str, Any]:
@@ -102,6 +105,8 @@ class HostConfig:
             out["python"] = self.python
         if self.rented_at is not None:
             out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
+        if self.mirror is not None:
+            out["mirror"] = self.mirror
         return out
 
 
@@ -118,6 +123,8 @@ class Settings:
     notify_url: str | None = None
     # A critical item that stays is alerted again after this long (bell, command and URL).
     renotify_s: float = 3600.0
+    mirror_keep: int = 2  # checkpoints of each mirrored job kept home, newest first
+    mirror_bwlimit_kbps: int | None = None  # the mirror's pulls through rsync --bwlimit
 
 
 @dataclass
@@ -148,7 +155,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at"}
+              "teardown_command", "python", "rented_at", "mirror"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -222,6 +229,12 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
                             "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
         else:
             host.rented_at = at
+    mirror = raw.get("mirror")
+    if mirror is not None:
+        if isinstance(mirror, bool):
+            host.mirror = mirror
+        else:
+            problems.append("mirror must be true or false")
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host
@@ -266,6 +279,11 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
                 raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
                            f"e.g. {key} = 5")
             setattr(settings, key, float(value))
+        elif key in ("mirror_keep", "mirror_bwlimit_kbps"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _err(path, f"[settings] {key}", "must be a whole number >= 1",
+                           f"e.g. {key} = {2 if key == 'mirror_keep' else 20000}")
+            setattr(settings, key, value)
         elif key == "ssh_config":
             if not isinstance(value, str):
                 raise _err(path, "[settings] ssh_config", "must be a path",
@@ -296,7 +314,8 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
         else:
             raise _err(path, f"[settings] {key}", "unknown key",
                        "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
-                       "bell, notify_command, notify_url, renotify_s)")
+                       "bell, notify_command, notify_url, renotify_s, mirror_keep, "
+                       "mirror_bwlimit_kbps)")
     return settings
 
 

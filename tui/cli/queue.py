@@ -19,6 +19,7 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.mirror import MIRROR_ENV
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
@@ -56,6 +57,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--after", metavar="JOB[,JOB]",
                    help="start only after these jobs succeeded; one failing fails this job")
     p.add_argument("--priority", type=int, help="higher starts first among queued jobs")
+    p.add_argument("--mirror", action="store_true",
+                   help="pull each new checkpoint home while it runs (the room and `gpuroom "
+                        "watch` do it; on by default for spot hosts)")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
@@ -261,6 +265,8 @@ async def _run(args: argparse.Namespace) -> int:
                     opts.append(f"--{flag.replace('_', '-')}={value}")
             for item in args.env:
                 opts += ["--env", item]
+            if args.mirror:  # the job carries the wish (tui/fleet/mirror.py wants_mirror)
+                opts += ["--env", f"{MIRROR_ENV}=1"]
             opts += [f"--output={item}" for item in args.output]
             if args.retry_on_exit:
                 opts.append("--retry-on-exit")

@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -109,7 +110,8 @@ class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, mirror: bool = False,
+                 on_mirror: Callable[[MirrorOutcome], None] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.recorder = recorder
@@ -132,6 +134,12 @@ class Fleet(PendingLedger):
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
         self._pull_records = PullRecords()
+        self._on_change: Callable[[str], None] | None = None
+        self._on_mirror = on_mirror
+        # Only the long-running fleets (the room, `gpuroom watch`) mirror; a one-shot verb's
+        # poll would start a pull it then cancels.
+        self.mirror = Mirror(self._hosts, self._links, config.settings,
+                             on_outcome=self._mirrored, clock=clock) if mirror else None
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
@@ -223,6 +231,9 @@ class Fleet(PendingLedger):
                 assert view is not None
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
+                if self.mirror is not None:
+                    state.mirrored = self.mirror.homes(name)
+                    self.mirror.observe(name, view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
@@ -249,8 +260,17 @@ class Fleet(PendingLedger):
             except (asyncio.TimeoutError, TimeoutError):
                 pass
 
+    def _mirrored(self, outcome: MirrorOutcome) -> None:
+        if self.mirror is not None and outcome.host in self._states:
+            self._states[outcome.host].mirrored = self.mirror.homes(outcome.host)
+        if self._on_mirror is not None:
+            self._on_mirror(outcome)
+        if self._on_change is not None:
+            self._on_change(outcome.host)
+
     async def run(self, on_change: Callable[[str], None]) -> None:
         """Poll every host forever (each on its own schedule) until cancelled."""
+        self._on_change = on_change
         tasks = [asyncio.create_task(self._host_loop(n, on_change)) for n in self._states]
         try:
             await asyncio.gather(*tasks)
@@ -336,6 +356,8 @@ class Fleet(PendingLedger):
         return list(cmd) if cmd else None
 
     async def close(self) -> None:
+        if self.mirror is not None:
+            await self.mirror.close()
         await asyncio.gather(*(link.close() for link in self._links.values()),
                              return_exceptions=True)
         if self.recorder is not None:
