@@ -180,6 +180,14 @@ def cpu_thread_cap() -> Optional[int]:
     return max(1, math.floor(quota))
 
 
+def job_ckpt_dir(root: str, queue: str, job_id: str, job_durable: Optional[str],
+                 queue_durable: Optional[str]) -> str:
+    """Where a job's checkpoints go (GPUROOM_CKPT_DIR): under its durable dir, else the
+    queue's, else the queue root. The jump host computes it too, to place a moved job's
+    checkpoint before the job starts (tui/fleet/move.py)."""
+    return os.path.join(job_durable or queue_durable or root, "ckpt", queue, job_id)
+
+
 def build_job_env(base: Dict[str, str], job: Dict[str, Any], *, cuda: Optional[str],
                   ckpt_dir: str, pythonpath: str, threads: Optional[int]) -> Dict[str, str]:
     env = dict(base)
@@ -889,8 +897,8 @@ class Runner:
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
         n = len(job["attempts"]) + 1
-        dest_base = job.get("durable_dir") or self.config("durable_dir") or self.root
-        ckpt_dir = os.path.join(dest_base, "ckpt", self.queue, job_id)
+        ckpt_dir = job_ckpt_dir(self.root, self.queue, job_id, job.get("durable_dir"),
+                                self.config("durable_dir"))
         slot = len(self.active)
         self.emit("launching", job=job_id, attempt=n, boot_id=self.boot_id, slot=slot,
                   gpus=gpus, ckpt_dir=ckpt_dir)

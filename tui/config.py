@@ -83,6 +83,9 @@ class HostConfig:
     # Mirror running jobs' checkpoints home (tui/fleet/mirror.py); None: on where the profile
     # says the box can vanish (spot), off elsewhere.
     mirror: bool | None = None
+    # The box's work tree (absolute): `queue move` maps a moved job's cwd, argv and env paths
+    # under the old host's workdir to the new host's (tui/fleet/move.py map_path).
+    workdir: str | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
 
     def to_toml(self) -> dict[str, Any]:
@@ -107,6 +110,8 @@ class HostConfig:
             out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
         if self.mirror is not None:
             out["mirror"] = self.mirror
+        if self.workdir is not None:
+            out["workdir"] = self.workdir
         return out
 
 
@@ -155,7 +160,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at", "mirror"}
+              "teardown_command", "python", "rented_at", "mirror", "workdir"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -235,6 +240,12 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.mirror = mirror
         else:
             problems.append("mirror must be true or false")
+    workdir = raw.get("workdir")
+    if workdir is not None:
+        if isinstance(workdir, str) and workdir.startswith("/") and "\x00" not in workdir:
+            host.workdir = workdir.rstrip("/") or "/"
+        else:
+            problems.append('workdir must be an absolute path on the box, e.g. "/workspace"')
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host

@@ -82,6 +82,7 @@ class HostState:
     polls_failed: int = 0
     pending: list[PendingAction] = field(default_factory=list)
     mirrored: dict[str, MirrorHome] = field(default_factory=dict)  # by job id
+    moves: dict[str, str] = field(default_factory=dict)  # job id: "moved to B/j3", "from A/j7"
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""

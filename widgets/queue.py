@@ -55,7 +55,7 @@ class QueueTable(RowTable):
                          else STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
-                Text(j.name),
+                Text(j.name_text),
                 state,
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
@@ -75,7 +75,7 @@ class QueueTable(RowTable):
         the whole command."""
         if not self.size.width:
             return COMMAND_WIDTH
-        cells = [{"id": j.id, "name": j.name, "state": _state_cell(j),
+        cells = [{"id": j.id, "name": j.name_text, "state": _state_cell(j),
                   "try": str(j.attempt), "runtime": fmt_age(j.runtime_s), "exit": j.ended_by,
                   "ckpt": j.ckpt_text, "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
                  for j in jobs]

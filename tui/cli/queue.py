@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -19,7 +20,8 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.mirror import MIRROR_ENV
+from gpuroom.tui.fleet.mirror import MIRROR_ENV, MirrorState
+from gpuroom.tui.fleet.move import Lineage
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
@@ -123,6 +125,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("-n", "--lines", type=int, default=None, metavar="N",
                    help="only the last N lines (like tail -n)")
+    from gpuroom.tui.cli.move import add_cli as add_move_cli
+
+    add_move_cli(qsub)
     queue.set_defaults(func=cmd_queue)
 
 
@@ -241,6 +246,10 @@ async def _place(args: argparse.Namespace) -> int | None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.queue_cmd == "move":
+        from gpuroom.tui.cli.move import run_move
+
+        return await run_move(args)
     if args.queue_cmd == "add" and _many_hosts(args.host):
         job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
         refused = await _place(args)
@@ -291,7 +300,7 @@ async def _run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(doc))
             else:
-                _print_jobs(doc)
+                _print_jobs(doc, Lineage(MirrorState()).for_host(args.host))
             return 0
         if args.queue_cmd in ("kill", "relaunch", "rm", "mv"):
             verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
@@ -436,8 +445,10 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         await asyncio.sleep(FOLLOW_INTERVAL_S)
 
 
-def _print_jobs(doc: dict[str, Any]) -> None:
+def _print_jobs(doc: dict[str, Any], moves: Mapping[str, str] | None = None) -> None:
+    """``moves``: the lineage of `queue move` (job id: "moved to B/j3", "from A/j7")."""
     view = read_queue_view(doc)
+    moves = {j.id: moves[j.id] for j in view.jobs if moves and j.id in moves}
     slurm = any(job.slurm_id for job in view.jobs)
     waiting = any(job.waiting for job in view.jobs)
     # Priority and dependencies get their columns once any job has one (issue 20).
@@ -445,7 +456,8 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     after = any(job.after for job in view.jobs)
     columns = ["id", "name", "state", *(["prio"] if prio else []), "attempts", "exit",
                "duration", "command"]
-    extra = [*(["after"] if after else []), *(["waits for"] if waiting else []),
+    extra = [*(["moved"] if moves else []), *(["after"] if after else []),
+             *(["waits for"] if waiting else []),
              *(["slurm"] if slurm else [])]
     table = box_table(f"queue {view.name}", [*columns, *extra])
     for job in view.jobs:
@@ -460,6 +472,8 @@ def _print_jobs(doc: dict[str, Any]) -> None:
                              *([job.priority or 0] if prio else []), len(job.attempts),
                              exit_text, fmt_age(duration),
                              fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
+        if moves:
+            cells.append(moves.get(job.id, ""))
         if after:
             cells.append(",".join(job.after))
         if waiting:

@@ -17,7 +17,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome
+from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome, MirrorState
+from gpuroom.tui.fleet.move import Lineage, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -233,6 +234,7 @@ class Fleet(PendingLedger):
                 self.retire_confirmed(state)
                 if self.mirror is not None:
                     state.mirrored = self.mirror.homes(name)
+                    state.moves = Lineage(self.mirror.state).for_host(name)
                     self.mirror.observe(name, view)
         if self.recorder is not None:
             self.recorder.write(state)
@@ -336,6 +338,12 @@ class Fleet(PendingLedger):
 
     async def queue_pause(self, host: str, paused: bool) -> None:
         await self._queue_call(host, "pause" if paused else "resume")
+
+    async def job_move(self, host: str, job_id: str, to: str) -> str:
+        state = self.mirror.state if self.mirror is not None else MirrorState()
+        move = await move_job(self.link(host), self.link(to), job_id,
+                              settings=self.config.settings, state=state)
+        return move.line
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()

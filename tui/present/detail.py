@@ -56,6 +56,8 @@ def job_detail(host: HostState, job: JobRow) -> Rows:
     ]
     if job.home_text:
         rows.append(("mirror", job.home_text))
+    if job.lineage:
+        rows.append(("moved", job.lineage))
     if job.slurm:
         rows.append(("slurm", job.slurm))
     return rows

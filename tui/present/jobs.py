@@ -73,6 +73,13 @@ class JobRow:
     # age on the box's clock (the training a lost box would cost); None: nothing home
     home_step: int | None = None
     home_age_s: float | None = None
+    # `queue move`'s lineage (tui/fleet/move.py): "moved to B/j3" or "from A/j7"; "" if none
+    lineage: str = ""
+
+    @property
+    def name_text(self) -> str:
+        """The queue's name cell: the job's name, and where it moved to or came from."""
+        return f"{self.name} ({self.lineage})" if self.lineage else self.name
 
     @property
     def home_text(self) -> str:
@@ -151,6 +158,7 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 position=j.position,
                 home_step=home.step if home is not None else None,
                 home_age_s=home_at,
+                lineage=fmt_text(host.moves.get(j.id, "")),
             )
         )
         for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i
