@@ -61,6 +61,7 @@ class HostState:
     last_try: float | None = None
     price_per_hour: float | None = None
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
+    stall_after_s: float | None = None  # hosts.toml stall_after_min: a hung job's threshold
     polls_ok: int = 0
     polls_failed: int = 0
     pending: list[PendingAction] = field(default_factory=list)

@@ -388,6 +388,8 @@ class Gpu(View):
     util_mem_pct: float | None = key(number, old=("util_mem",))
     mem_used_mib: float | None = key(number)
     mem_total_mib: float | None = key(number)
+    # U22: a count that rises within one boot is a GPU dying (NVML / nvidia-smi, volatile)
+    ecc_volatile_uncorrected: float | None = key(number)
     # every active reason, idle included
     clock_event_reasons: tuple[str, ...] = key(reason_names,
                                                old=("clock_reasons", "throttle_reasons"))
@@ -490,6 +492,7 @@ class LogChunk(View):
     size: int | None = key(integer)
     data_b64: str | None = key(text)
     reset: bool = key(flag)  # the file was truncated or replaced since the cursor
+    mtime: float | None = key(number)  # the box's clock: when the job last wrote its log
 
     @property
     def data(self) -> bytes | None:
@@ -526,6 +529,7 @@ class Job(View):
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
     sync: Sync | None = nested(Sync, "maybe")
+    cpu_s: float | None = key(number)  # CPU seconds of its process group (remote/procstat.py)
     # Slurm jobs carry the final code on the job too
     exit_code: int | None = key(integer, old=("returncode",), origin="slurm")
     backend: str | None = key(text, origin="slurm")
@@ -565,11 +569,21 @@ class Job(View):
 
 
 @dataclass(frozen=True, slots=True)
+class Runner(View):
+    """The queue's runner (remote/queue.py _runner_info): whether one holds the lock."""
+
+    alive: bool = key(flag)
+    boot_id: str | None = key(text)
+    reboot_hook: bool = key(flag)  # queue install-reboot-hook ran for this queue (GEN6)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
+    runner: Runner | None = nested(Runner, "maybe")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)

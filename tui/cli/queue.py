@@ -16,6 +16,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
@@ -43,6 +44,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    p.add_argument("--fix-crlf", action="store_true",
+                   help="convert script arguments with Windows CRLF line ends (U26) to LF")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
@@ -66,6 +69,9 @@ def add_cli(sub: Any) -> None:
         p = qsub.add_parser(verb)
         p.add_argument("host")
         p.add_argument("job")
+    p = qsub.add_parser("boot-hook", help="install an @reboot crontab entry that starts the "
+                        "queue's runner after a reboot (GEN6)")
+    p.add_argument("host")
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
@@ -91,6 +97,15 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise LinkError(host, f"queue {what}: unexpected answer")
     return doc
+
+
+def _refused(host: str, what: str, doc: dict[str, Any]) -> None:
+    """The box said no with a reason (a CRLF script, GPUs on a GPU-less box, no crontab):
+    an error a user can act on, its words sanitized (they are the box's)."""
+    if doc.get("ok") is False and doc.get("error"):
+        fix = doc.get("fix")
+        raise GpuroomError(f"{host}: queue {what} refused: {sanitize_line(str(doc['error']))}",
+                           sanitize_line(str(fix)) if fix else "see the error")
 
 
 def _write_log(data: bytes, tty: bool) -> None:
@@ -145,11 +160,22 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--env", item]
             for item in args.output:
                 opts += ["--output", item]
+            if args.fix_crlf:
+                opts.append("--fix-crlf")
             opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
+            _refused(args.host, "add", doc)
             print(json.dumps(doc))
             return 0 if doc.get("ok") else 1
+        if args.queue_cmd == "boot-hook":
+            doc = _json_or_fail(args.host, "boot-hook",
+                                await link.helper("queue", "install-reboot-hook"))
+            _refused(args.host, "boot-hook", doc)
+            print(f"{args.host}: @reboot entry "
+                  + ("installed" if doc.get("changed") else "already there") + ": "
+                  + sanitize_line(str(doc.get("line") or "")))
+            return 0
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))

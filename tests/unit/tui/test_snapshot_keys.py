@@ -135,6 +135,9 @@ SEEN = sorted(keys_seen(Snapshot, real_documents()))
 ELSEWHERE = {
     "queue.queues{}.jobs[].attempts[].boot_id", "queue.queues{}.jobs[].attempts[].gpus",
     "queue.queues{}.jobs[].attempts[].pid", "queue.queues{}.jobs[].sync.state",
+    # issue 19: a local job's log mtime and CPU seconds, the local runner's boot and hook
+    "queue.queues{}.jobs[].log_chunk.mtime", "queue.queues{}.jobs[].cpu_s",
+    "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",
     *required("failure"), *required("vram"),
 }
 
