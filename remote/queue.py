@@ -43,6 +43,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import addcheck, queue_slurm
+from .checkpoint import SAVE_RECORD
 from .procstat import group_cpu_seconds
 from .queue_events import (
     ACTIVE_STATES,
@@ -281,6 +282,8 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
             seen += 1
             if seen > CKPT_SCAN_LIMIT:
                 return best
+            if name.startswith(SAVE_RECORD):
+                continue  # the Checkpointer's note beside the checkpoints, not one
             path = os.path.join(dirpath, name)
             try:
                 st = os.stat(path)
@@ -288,7 +291,20 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
                 continue
             if best is None or st.st_mtime > best["mtime"]:
                 best = {"path": path, "size": st.st_size, "mtime": st.st_mtime}
+    if best is not None:
+        best["save_s"] = save_seconds(ckpt_dir)
     return best
+
+
+def save_seconds(ckpt_dir: str) -> Optional[float]:
+    """How long the Checkpointer's last save into ``ckpt_dir`` took (C), if it recorded it."""
+    try:
+        with open(os.path.join(ckpt_dir, SAVE_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = record.get("save_s") if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:

@@ -480,6 +480,7 @@ class Checkpoint(View):
     path: str | None = key(text)
     size: float | None = key(number)
     mtime: float | None = key(number)
+    save_s: float | None = key(number)  # how long its last save took (C), when recorded
 
 
 @dataclass(frozen=True, slots=True)

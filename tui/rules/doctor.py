@@ -21,6 +21,7 @@ from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_utc
+from gpuroom.tui.rules.cadence import cadence_findings
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.money import (
     Recall,
@@ -707,11 +708,13 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              profile: Profile | None, now: float, *, host: str, error: str | None = None,
              last_ok: float | None = None, recall: Recall | None = None,
              price_per_hour: float | None = None,
-             stall_after_s: float | None = None) -> list[Finding]:
+             stall_after_s: float | None = None,
+             mtbf_s: float | None = None) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
-    stall threshold (hosts.toml) word the stall finding.
+    stall threshold (hosts.toml) word the stall finding; ``mtbf_s`` (hosts.toml mtbf_hours)
+    overrides the profile's for the checkpoint cadence.
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
@@ -727,6 +730,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
         out += dead_gpu_findings(host, prev, snap, recall)
     out += reboot_findings(host, snap, profile)
     out += log_findings(host, snap)
+    out += cadence_findings(host, snap, profile, mtbf_s)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
@@ -741,7 +745,8 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
     for s in states:
         out += diagnose(previous.get(s.name), s.view, s.state, profiles.get(s.name), now,
                         host=s.name, error=s.error, last_ok=s.last_ok,
-                        price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s)
+                        price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
+                        mtbf_s=s.mtbf_s)
     return sort_findings(out)
 
 
