@@ -575,7 +575,8 @@ class Runner(View):
 
     alive: bool = key(flag)
     boot_id: str | None = key(text)
-    reboot_hook: bool = key(flag)  # queue install-reboot-hook ran for this queue (GEN6)
+    # queue install-reboot-hook ran for this queue (GEN6); None: a helper that does not say
+    reboot_hook: bool | None = key(lambda v: v if isinstance(v, bool) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,7 +247,7 @@ def reboot_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[
                 "GEN6", "warn", host, f"queue {q.name}: its runner is dead",
                 f"{len(live)} job(s) queued or running with no runner: "
                 + ", ".join(j.id for j in live[:4]), DEAD_RUNNER_FIX))
-        if survives and not q.runner.reboot_hook:
+        if survives and q.runner.reboot_hook is False:
             out.append(Finding(
                 "GEN6", "info", host, f"queue {q.name}: no @reboot entry",
                 "a reboot of this box leaves the queue stopped until a runner is started",
