@@ -140,7 +140,8 @@ def queue(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[
     return doc
 
 
-def running(config: Path, job: str) -> None:
+def running(config: Path, job: str, states: tuple[str, ...] = ("running",)) -> None:
+    """Poll until ``job`` is in one of ``states`` (running: with some log written)."""
     async def poll() -> None:
         fleet = Fleet(load(config))
         try:
@@ -148,8 +149,8 @@ def running(config: Path, job: str) -> None:
             while True:
                 view = (await fleet.poll_host("box")).view
                 j = view.job(job) if view is not None else None
-                if j is not None and j.state == "running" and j.log_chunk is not None \
-                        and j.log_chunk.size:
+                if j is not None and j.state in states and (
+                        j.state != "running" or (j.log_chunk is not None and j.log_chunk.size)):
                     return
                 assert time.monotonic() < deadline, j
                 await asyncio.sleep(0.3)
@@ -285,7 +286,7 @@ def test_the_room_starts_a_dead_runner_and_the_finding_clears(
     config = money_box()
     job = queue(config, capsys, "add", "box", "--gpus", "0", "--", "sh", "-c", "echo ok")["job"]
     # Wait for it, then kill the runner's tmux session and queue one more: a dead runner.
-    running_or_done(config, job)
+    running(config, job, ("running", "succeeded"))
     runner, _jobs = box_pids(config)
     assert runner is not None
     sshd_box.run("kill", str(runner))  # as a reboot or an OOM kill would end it
@@ -307,26 +308,9 @@ def test_the_room_starts_a_dead_runner_and_the_finding_clears(
     assert dead.severity == "warn" and second in dead.seen
     # The room's poll starts it; the job then runs and the finding is gone.
     watch, _ = asyncio.run(watch_polls(config, 1, 0.0, restart_runners=True))
-    running_or_done(config, second)
+    running(config, second, ("running", "succeeded"))
     watch, _ = asyncio.run(watch_polls(config, 1, 0.0))
     assert [f for f in watch.findings("box") if "runner is dead" in f.title] == []
-
-
-def running_or_done(config: Path, job: str) -> None:
-    async def poll() -> None:
-        fleet = Fleet(load(config))
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                view = (await fleet.poll_host("box")).view
-                j = view.job(job) if view is not None else None
-                if j is not None and j.state in ("running", "succeeded"):
-                    return
-                assert time.monotonic() < deadline, j
-                await asyncio.sleep(0.3)
-        finally:
-            await fleet.close()
-    asyncio.run(poll())
 
 
 @pytest.mark.sshd
