@@ -11,7 +11,7 @@ leader lives.
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 PROC = "/proc"
 # A box with more processes than this is not scanned to the end: a poll stays bounded.
@@ -38,16 +38,54 @@ def parse_stat(text: str) -> Optional[Tuple[int, int]]:
         return None
 
 
+def _children(pid: str, proc: str) -> Optional[List[str]]:
+    """Child pids of every thread of ``pid`` (None: the kernel has no children files)."""
+    try:
+        tids = os.listdir(os.path.join(proc, pid, "task"))
+    except OSError:
+        return []  # the process is gone
+    out: List[str] = []
+    for tid in tids:
+        try:
+            with open(os.path.join(proc, pid, "task", tid, "children")) as f:
+                out += f.read().split()
+        except FileNotFoundError:
+            return None  # CONFIG_PROC_CHILDREN off: only a full scan finds the group
+        except OSError:
+            continue
+    return out
+
+
+def _group_tree(leaders: Iterable[int], proc: str) -> Optional[List[str]]:
+    """The leaders and their descendants, walked through /proc/PID/task/TID/children: a
+    job's few processes instead of every process on the box (a /proc scan costs ~25 us a
+    process, per poll). None when a children file is missing."""
+    seen: List[str] = []
+    todo = [str(p) for p in leaders]
+    while todo and len(seen) < SCAN_LIMIT:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.append(pid)
+        kids = _children(pid, proc)
+        if kids is None:
+            return None
+        todo += kids
+    return seen
+
+
 def group_cpu_seconds(pgids: Iterable[int], proc: str = PROC) -> Dict[int, float]:
     """CPU seconds per process group id in ``pgids`` (a group with no process is absent)."""
     wanted = {int(p) for p in pgids if p}
     out: Dict[int, float] = {}
     if not wanted:
         return out
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
+    names = _group_tree(wanted, proc)
+    if names is None:
+        try:
+            names = os.listdir(proc)
+        except OSError:
+            return out
     tick = _ticks()
     for name in names[:SCAN_LIMIT]:
         if not name.isdigit():
