@@ -14,6 +14,7 @@ import copy
 import sys
 from typing import Any
 
+import pytest
 from fakes import capture
 from paths import DATA
 
@@ -299,3 +300,13 @@ def test_hosts_toml_sets_the_stall_threshold_per_host(tmp_path: Any) -> None:
     assert hosts["a"].stall_after_s == 45 * MIN and hosts["a"].error is None
     assert hosts["b"].error is not None and "stall_after_min must be a number" in hosts["b"].error
     assert hosts["c"].stall_after_s is None  # the default, 20 min, applies
+
+
+@pytest.mark.attack("hostile text", "a job prints terminal escapes and a carriage return "
+                    "around 'CUDA out of memory': the finding quotes the line as inert text")
+def test_a_hostile_log_line_is_quoted_inert() -> None:
+    hostile = (b"\x1b]0;pwned\x07\x1b[2J\x1b[31mtorch.OutOfMemoryError: CUDA out of memory"
+               b"\x1b[0m\rX\n")
+    (f,) = found(None, _logged(hostile), "U10")
+    assert "CUDA out of memory" in f.seen
+    assert not any(ch in f.seen for ch in ("\x1b", "\x07", "\r", "\n"))
