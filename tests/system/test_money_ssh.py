@@ -135,9 +135,16 @@ def ids(doc: dict[str, Any], fid: str) -> list[dict[str, Any]]:
 
 
 def queue(config: Path, capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    assert main(["--config", str(config), "queue", *args]) == 0
+    """``gpuroom queue VERB HOST ... --json``: the box's answer."""
+    verb, host, *rest = args
+    assert main(["--config", str(config), "queue", verb, host, "--json", *rest]) == 0
     doc: dict[str, Any] = json.loads(capsys.readouterr().out.splitlines()[-1])
     return doc
+
+
+def _one_line(text: str) -> str:
+    """A failed verb's line as printed (the console wraps it at the terminal width)."""
+    return " ".join(text.split())
 
 
 def running(config: Path, job: str, states: tuple[str, ...] = ("running",)) -> None:
@@ -234,7 +241,7 @@ def test_a_gpu_rental_whose_driver_does_not_answer_is_critical_and_refuses_gpu_j
     assert u31["severity"] == "critical" and "couldn't communicate with the NVIDIA" in u31["seen"]
     code = main(["--config", str(config), "queue", "add", "box", "--gpus", "1", "--",
                  "python3", "train.py"])
-    err = capsys.readouterr().err
+    err = _one_line(capsys.readouterr().err)
     assert code == 1 and "asks for 1 GPU(s) but this box has none" in err
     assert "couldn't communicate with the NVIDIA driver" in err and "--gpus 0" in err
 
@@ -347,7 +354,7 @@ def test_boot_hook_without_cron_is_an_error_with_its_fix(
         money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
     config = money_box()
     assert main(["--config", str(config), "queue", "boot-hook", "box"]) == 1
-    err = capsys.readouterr().err
+    err = _one_line(capsys.readouterr().err)
     assert "crontab is not installed" in err and "Traceback" not in err
 
 
@@ -366,7 +373,7 @@ def test_a_crlf_script_is_refused_at_add_and_converted_on_request(
     os.chown(script, user.pw_uid, user.pw_gid)
     code = main(["--config", str(config), "queue", "add", "box", "--gpus", "0", "--cwd",
                  str(work), "--", "sh", "run.sh"])
-    err = capsys.readouterr().err
+    err = _one_line(capsys.readouterr().err)
     assert code == 1 and "CRLF line ends" in err and "sed -i" in err
     assert script.read_bytes() == b"#!/bin/sh\r\necho crlf-ok\r\n"  # refused: untouched
     queue(config, capsys, "add", "box", "--gpus", "0", "--fix-crlf", "--cwd", str(work),
