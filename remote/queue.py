@@ -844,22 +844,25 @@ def _cmd_show(argv: List[str]) -> int:
 def _cmd_edit(argv: List[str]) -> int:
     """A copy of a job with a changed argv, env or GPUs, added as a new job; the old one is
     left as it is (its history stays), so a queued old one is removed with ``remove``."""
+    # The job id is always the first word, taken literally: an id like "-h" is not an option.
+    job_id, argv = (argv[0], argv[1:]) if argv else ("", [])
     cut = argv.index("--") if "--" in argv else len(argv)
     cmd = argv[cut + 1:]
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue edit")
     _common(parser)
-    parser.add_argument("job")
     parser.add_argument("--name", default=None)
     parser.add_argument("--gpus", type=int, default=None)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--unset-env", action="append", default=[], metavar="KEY")
     parser.add_argument("--no-start", action="store_true")
     args = parser.parse_args(argv[:cut])
+    if not job_id:
+        parser.error("the job id is missing")
     root, queue = root_dir(args.root), check_queue_name(args.queue)
-    old = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"].get(args.job)
+    old = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"].get(job_id)
     if old is None:
-        _emit({"ok": False, "queue": queue, "job": args.job,
-               "error": f"no job {args.job} in queue {queue}",
+        _emit({"ok": False, "queue": queue, "job": job_id,
+               "error": f"no job {job_id} in queue {queue}",
                "fix": "gpuroom queue ls HOST lists the jobs"})
         return 1
     env = {k: v for k, v in old["env"].items() if k not in args.unset_env}

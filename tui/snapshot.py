@@ -312,6 +312,9 @@ class Host(View):
     uptime_s: float | None = key(number)
     time: float | None = key(number)  # the box's time.time() when probed
     cpu_count: float | None = key(number)
+    # 1, 5, 15 min, host-wide (a container's neighbours count too, U40)
+    loadavg_host: tuple[float, ...] = key(lambda v: tuple(
+        n for n in (number(x) for x in (v if isinstance(v, list) else [])) if n is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +326,7 @@ class Cgroup(View):
     memory_max: float | None = key(number)
     oom_kill: float | None = key(number)
     cpu_quota_vcpus: float | None = key(number)
+    cpu_usage_usec: float | None = key(number)  # CPU time so far; two polls give the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +404,8 @@ class GpuProcess(View):
     name: str | None = key(text)
     used_mib: float | None = key(number)
     comm: str | None = key(text)
+    user: str | None = key(text)  # the box's user name (remote/vram.py proc_owner)
+    pgid: int | None = key(integer)  # a gpuroom job's processes share its attempt's pid here
 
     @property
     def display_only(self) -> bool:
@@ -468,6 +474,8 @@ class VramHolder(View):
     pid: int | None = key(integer, origin="vram")
     comm: str | None = key(text, origin="vram")
     state: str | None = key(text, origin="vram")
+    cmdline: str | None = key(text, origin="vram")
+    user: str | None = key(text, origin="vram")
 
 
 @dataclass(frozen=True, slots=True)

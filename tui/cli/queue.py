@@ -263,12 +263,11 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--vram-mib", str(args.vram_mib)]
             for flag in ("name", "cwd", "durable_dir"):
                 value = getattr(args, flag)
-                if value:
-                    opts += ["--" + flag.replace("_", "-"), value]
+                if value:  # "--opt=value": a value starting with "-" stays a value on the box
+                    opts.append(f"--{flag.replace('_', '-')}={value}")
             for item in args.env:
                 opts += ["--env", item]
-            for item in args.output:
-                opts += ["--output", item]
+            opts += [f"--output={item}" for item in args.output]
             if args.retry_on_exit:
                 opts.append("--retry-on-exit")
             if args.after:
@@ -309,7 +308,7 @@ async def _run(args: argparse.Namespace) -> int:
             verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
             extra = [str(args.to)] if args.queue_cmd == "mv" else []
             doc = _json_or_fail(args.host, args.queue_cmd,
-                                await link.helper("queue", verb, args.job, *extra,
+                                await link.helper("queue", verb, "--", args.job, *extra,
                                                   timeout_s=180.0))
             return _answer(args, doc)
         if args.queue_cmd in ("pause", "resume"):
@@ -318,17 +317,17 @@ async def _run(args: argparse.Namespace) -> int:
             return _answer(args, doc)
         if args.queue_cmd == "edit":
             argv = job_argv(args)
-            opts = [*(["--name", args.name] if args.name else []),
-                    *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
-            for item in args.env:
-                opts += ["--env", item]
-            for item in args.unset_env:
-                opts += ["--unset-env", item]
+            # "--opt=value": a value starting with "-" stays a value on the box.
+            opts = [*([f"--name={args.name}"] if args.name else []),
+                    *([f"--gpus={args.gpus}"] if args.gpus is not None else [])]
+            opts += [f"--env={item}" for item in args.env]
+            opts += [f"--unset-env={item}" for item in args.unset_env]
             doc = _json_or_fail(args.host, "edit", await link.helper(
                 "queue", "edit", args.job, *opts, *(["--", *argv] if argv else [])))
             return _answer(args, doc)
         if args.queue_cmd == "show":
-            doc = _json_or_fail(args.host, "show", await link.helper("queue", "show", args.job))
+            doc = _json_or_fail(args.host, "show",
+                                await link.helper("queue", "show", "--", args.job))
             return _show(args, doc)
         if args.queue_cmd == "logs":
             return await _logs(link, args)
@@ -419,8 +418,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
     offset = 0
     if args.lines is not None:
         # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
-        result = await link.helper("queue", "logs", args.job, "--lines", str(max(0, args.lines)),
-                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json")
+        result = await link.helper("queue", "logs", "--lines", str(max(0, args.lines)),
+                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json", "--", args.job)
         if result.rc != 0:
             print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
                   file=sys.stderr)
@@ -432,8 +431,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         out.write(data)
         offset = chunk.next_offset
     while True:
-        result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
-                                   "--max-bytes", str(LOG_CHUNK_BYTES))
+        result = await link.helper("queue", "logs", "--offset", str(offset),
+                                   "--max-bytes", str(LOG_CHUNK_BYTES), "--", args.job)
         if result.rc != 0:
             print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
                   file=sys.stderr)

@@ -180,9 +180,9 @@ class Fleet(PendingLedger):
     async def log_before(self, host: str, job_key: str, end: int) -> LogChunkView | None:
         """The ``LOG_OLDER_BYTES`` of the job's log before offset ``end``, from a line start."""
         queue, _, job_id = job_key.rpartition("/")
-        out = await self._queue_call(host, "logs", job_id, "--queue", queue or "default",
+        out = await self._queue_call(host, "logs", "--queue", queue or "default",
                                      "--end", str(end), "--max-bytes", str(LOG_OLDER_BYTES),
-                                     "--json")
+                                     "--json", "--", job_id)
         try:
             return read_log_doc(load_answer(out))
         except ValueError:
@@ -317,10 +317,11 @@ class Fleet(PendingLedger):
         profile = self._hosts[host].profile if host in self._hosts else None
         args = ["add", "--backend", queue_backend(profile), "--gpus", str(gpus),
                 "--retries", str(retries)]
+        # "--opt=value": a name or dir starting with "-" stays a value on the box.
         if name:
-            args += ["--name", name]
+            args.append(f"--name={name}")
         if cwd:
-            args += ["--cwd", cwd]
+            args.append(f"--cwd={cwd}")
         out = await self._queue_call(host, *args, "--", *argv)
         try:
             doc = load_answer(out)
@@ -331,16 +332,16 @@ class Fleet(PendingLedger):
         return str(doc.get("job"))
 
     async def queue_kill(self, host: str, job_id: str) -> None:
-        await self._queue_call(host, "kill", job_id, timeout_s=120.0)
+        await self._queue_call(host, "kill", "--", job_id, timeout_s=120.0)
 
     async def queue_relaunch(self, host: str, job_id: str) -> None:
-        await self._queue_call(host, "relaunch", job_id)
+        await self._queue_call(host, "relaunch", "--", job_id)
 
     async def queue_remove(self, host: str, job_id: str) -> None:
-        await self._queue_call(host, "remove", job_id)
+        await self._queue_call(host, "remove", "--", job_id)
 
     async def queue_move(self, host: str, job_id: str, position: int) -> None:
-        await self._queue_call(host, "move", job_id, str(position))
+        await self._queue_call(host, "move", "--", job_id, str(position))
 
     async def queue_pause(self, host: str, paused: bool) -> None:
         await self._queue_call(host, "pause" if paused else "resume")
