@@ -38,6 +38,9 @@ IDLE_GPUS = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
              "nvsmi_table/driver570-rtx5090-no-processes.txt")
 XID94 = "dmesg_xid/gpud1174-1160-kmsg-xid144-145-149-94.txt"
 XID13 = "dmesg_xid/gpud46-dmesg-ctime-xid13-xid109.txt"
+# A box that lists one GPU (a GeForce RTX 2060): put in place of IDLE_GPUS' two RTX 3090s
+# between polls, it is what nvidia-smi prints once a card has fallen off the bus.
+ONE_GPU = "query_gpu/rtx2060-driver460-csv-header.txt"
 WAIT_S = 30.0
 
 Make = Callable[..., Path]
@@ -271,6 +274,31 @@ def test_an_application_xid_is_not_a_dead_gpu(
     assert ids(doctor(money_box(dmesg=XID13), capsys), "U22") == []
 
 
+@pytest.mark.sshd
+def test_a_gpu_gone_between_polls_is_a_dead_gpu_and_a_steady_count_is_not(
+        money_box: Make, fixtures: Path) -> None:
+    config = money_box()
+    watch, _ = asyncio.run(watch_polls(config, 2, 0.5))
+    assert [f for f in watch.findings("box") if f.id == "U22"] == []  # two GPUs, twice
+    # The same path the helper's nvidia-smi reads, now with one GPU listed: a card gone.
+    listed = _work(config).parent / "fixtures" / IDLE_GPUS[0]
+
+    async def polls() -> FleetWatch:
+        fleet = Fleet(load(config))
+        watch = FleetWatch()
+        try:
+            watch.observe(await fleet.poll_host("box"), time.time())
+            listed.write_bytes((fixtures / ONE_GPU).read_bytes())
+            watch.observe(await fleet.poll_host("box"), time.time())
+        finally:
+            await fleet.close()
+        return watch
+
+    (gone,) = [f for f in asyncio.run(polls()).findings("box") if f.id == "U22"]
+    assert gone.severity == "critical" and "1 GPU(s) gone" in gone.title
+    assert "1 GPU(s) now, 2 earlier in this boot" in gone.seen and "re-rent" in gone.fix
+
+
 # --------------------------------------------------------------------------- item 4: GEN6
 
 @pytest.mark.sshd
@@ -391,3 +419,34 @@ def test_bash_choking_on_a_carriage_return_is_a_finding_from_the_log(
     doc = doctor(config, capsys)
     (crlf,) = ids(doc, "U26")
     assert f"job {job}" in crlf["title"] and "command not found" in crlf["seen"]
+
+
+@pytest.mark.sshd
+def test_cuda_oom_an_old_driver_and_a_keyless_tracker_are_findings_from_the_log(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    config = money_box()
+    lines = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+             "RuntimeError: CUDA error: no kernel image is available for execution on the "
+             "device",
+             "wandb: ERROR api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+    job = queue(config, capsys, "add", "box", "--gpus", "0", "--", "sh", "-c",
+                "printf '%s\\n' \"$@\"; exec sleep 120", "sh", *lines)["job"]
+    running(config, job)
+    doc = doctor(config, capsys)
+    for fid, severity, words in (("U10", "critical", "CUDA out of memory"),
+                                 ("U28", "critical", "no kernel image"),
+                                 ("U35", "warn", "api_key not configured")):
+        (f,) = ids(doc, fid)
+        assert f["severity"] == severity and f"job {job}" in f["title"] and words in f["seen"]
+    assert any("CUDA out of memory" in line for line in doc["banner"])
+
+
+@pytest.mark.sshd
+def test_a_clean_training_log_is_no_log_finding(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    config = money_box()
+    job = queue(config, capsys, "add", "box", "--gpus", "0", "--", "sh", "-c",
+                "echo 'step 10 loss 0.93'; echo 'saved ckpt-10.pt'; exec sleep 120")["job"]
+    running(config, job)
+    found = {f["id"] for f in doctor(config, capsys)["findings"]}
+    assert not found & {"U10", "U28", "U35", "U26"}, found
