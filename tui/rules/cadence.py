@@ -15,8 +15,8 @@ from __future__ import annotations
 from gpuroom.profiles import Profile
 from gpuroom.remote.checkpoint import young_daly_interval
 from gpuroom.tui.present.format import fmt_duration
-from gpuroom.tui.rules.finding import Finding
-from gpuroom.tui.snapshot import Job, Snapshot
+from gpuroom.tui.rules.finding import Finding, job_label
+from gpuroom.tui.snapshot import Snapshot
 
 NO_CHECKPOINT_S = 3600.0  # a run this long with nothing saved on a box that can vanish
 FIX_LATE = ("save on the Young/Daly cadence: every W seconds of work (Checkpointer.save with "
@@ -44,9 +44,6 @@ def can_vanish(profile: Profile | None, mtbf_s: float | None) -> bool:
                                     or profile.kind == "notebook")
 
 
-def _label(job: Job) -> str:
-    return f"job {job.id} ({job.name or job.id})"
-
 
 def cadence_findings(host: str, snap: Snapshot, profile: Profile | None,
                      mtbf_s: float | None = None) -> list[Finding]:
@@ -65,7 +62,7 @@ def cadence_findings(host: str, snap: Snapshot, profile: Profile | None,
             if ran is not None and ran >= NO_CHECKPOINT_S:
                 out.append(Finding(
                     "principle 8", "critical", host,
-                    f"{_label(job)}: no checkpoint after {fmt_duration(ran)}",
+                    f"{job_label(job)}: no checkpoint after {fmt_duration(ran)}",
                     f"nothing in {job.ckpt_dir or 'its checkpoint dir'} on a box that can "
                     "vanish", FIX_NONE))
             continue
@@ -76,7 +73,7 @@ def cadence_findings(host: str, snap: Snapshot, profile: Profile | None,
         if age > interval:
             out.append(Finding(
                 "principle 8", "warn", host,
-                f"{_label(job)}: newest checkpoint {fmt_duration(age)} old",
+                f"{job_label(job)}: newest checkpoint {fmt_duration(age)} old",
                 f"Young/Daly interval {fmt_duration(interval)} (MTBF {fmt_duration(mtbf)}, "
                 f"save {c.save_s:g} s): at risk since {fmt_duration(age - interval)}",
                 FIX_LATE))

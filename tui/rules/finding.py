@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job
+
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
 
@@ -24,3 +27,9 @@ class Finding:
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
+
+
+def job_label(job: Job) -> str:
+    """``job ID (NAME)`` in a finding's title. The id and the name are the box's words (a
+    forged event can carry escapes): made inert here, as the lines a finding quotes are."""
+    return sanitize_line(f"job {job.id} ({job.name or job.id})")

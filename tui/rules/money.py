@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, LIVE_STATES
 from gpuroom.tui.present.format import fmt_duration
-from gpuroom.tui.rules.finding import Finding, Severity
+from gpuroom.tui.rules.finding import Finding, Severity, job_label
 from gpuroom.tui.rules.stall import gpu_idle, job_gpus
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Job, KernelEvent, Snapshot
@@ -90,9 +90,6 @@ class Recall:
     events: tuple[KernelEvent, ...] = ()  # kernel events of the last KERNEL_WINDOW_S
     gpus_seen: int | None = None  # the most GPUs a poll of this boot showed
 
-
-def _label(job: Job) -> str:
-    return f"job {job.id} ({job.name or job.id})"
 
 
 def _line(raw: str | None, fallback: str) -> str:
@@ -216,7 +213,7 @@ def cpu_training_findings(host: str, prev: Snapshot | None, snap: Snapshot,
                 + ("no GPU on the box" if not gpus else
                    "no process on GPU " + ", ".join(str(g.index) for g in gpus)
                    + " and at idle power"))
-        out.append(Finding("U31", "critical", host, f"{_label(job)} trains on the CPU",
+        out.append(Finding("U31", "critical", host, f"{job_label(job)} trains on the CPU",
                            seen, CPU_FIX))
     return out
 
@@ -232,9 +229,9 @@ def reboot_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[
         if job.state in ACTIVE_STATES and not job.is_slurm and a is not None \
                 and a.boot_id is not None and boot is not None and a.boot_id != boot:
             out.append(Finding(
-                "GEN6", "critical", host, f"{_label(job)} is not running: the box rebooted",
-                f"the queue says {job.state} since boot {a.boot_id[:8]}; the box is now boot "
-                f"{boot[:8]}", STALE_RUNNING_FIX))
+                "GEN6", "critical", host, f"{job_label(job)} is not running: the box rebooted",
+                f"the queue says {job.state} since boot {_line(a.boot_id[:8], '?')}; the box "
+                f"is now boot {_line(boot[:8], '?')}", STALE_RUNNING_FIX))
     queues = snap.queue.queues if snap.queue is not None else ()
     survives = profile is not None and profile.kind == "ssh"
     for q in queues:
@@ -244,12 +241,12 @@ def reboot_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[
         live = [j for j in local if j.state in LIVE_STATES]
         if live and not q.runner.alive:
             out.append(Finding(
-                "GEN6", "warn", host, f"queue {q.name}: its runner is dead",
+                "GEN6", "warn", host, f"queue {_line(q.name, '?')}: its runner is dead",
                 f"{len(live)} job(s) queued or running with no runner: "
-                + ", ".join(j.id for j in live[:4]), DEAD_RUNNER_FIX))
+                + _line(", ".join(j.id for j in live[:4]), "?"), DEAD_RUNNER_FIX))
         if survives and q.runner.reboot_hook is False:
             out.append(Finding(
-                "GEN6", "info", host, f"queue {q.name}: no @reboot entry",
+                "GEN6", "info", host, f"queue {_line(q.name, '?')}: no @reboot entry",
                 "a reboot of this box leaves the queue stopped until a runner is started",
                 BOOT_HOOK_FIX))
     return out
@@ -280,11 +277,12 @@ def log_findings(host: str, snap: Snapshot) -> list[Finding]:
                 start = data.rfind(b"\n", 0, m.start()) + 1
                 end = data.find(b"\n", m.end())
                 line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
-                out.append(Finding(fid, sev, host, f"{_label(job)}: {title}",
+                out.append(Finding(fid, sev, host, f"{job_label(job)}: {title}",
                                    _line(line.replace("\r", "\\r"), title), LOG_FIX[fid]))
         mode = (job.env.get("WANDB_MODE") or "").lower()
         if job.state in LIVE_STATES and mode in TRACKER_OFF and not job.env.get("WANDB_API_KEY"):
-            out.append(Finding("U35", "warn", host, f"{_label(job)}: the tracker records nothing",
+            out.append(Finding("U35", "warn", host,
+                               f"{job_label(job)}: the tracker records nothing",
                                f"WANDB_MODE={mode} and no WANDB_API_KEY in its environment",
                                LOG_FIX["U35"]))
     return out

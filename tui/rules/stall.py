@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuroom.tui.present.format import fmt_duration, fmt_money
-from gpuroom.tui.rules.finding import Finding, Severity
+from gpuroom.tui.rules.finding import Finding, Severity, job_label
 from gpuroom.tui.snapshot import Gpu, Job, Snapshot
 
 # A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
@@ -136,6 +136,6 @@ def stall_findings(host: str, prev: Snapshot | None, snap: Snapshot, *,
         if burnt:
             seen.append(f"{burnt} burnt since it stalled")
         out.append(Finding("U16", sev, host,
-                           f"job {s.job.id} ({s.job.name or s.job.id}) stalled while billing",
+                           f"{job_label(s.job)} stalled while billing",
                            "; ".join(seen), STALL_FIX))
     return out

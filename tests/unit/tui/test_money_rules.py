@@ -310,3 +310,22 @@ def test_a_hostile_log_line_is_quoted_inert() -> None:
     (f,) = found(None, _logged(hostile), "U10")
     assert "CUDA out of memory" in f.seen
     assert not any(ch in f.seen for ch in ("\x1b", "\x07", "\r", "\n"))
+
+
+@pytest.mark.attack("hostile text", "a forged queue event gives a running attempt a boot id "
+                    "and a job name carrying OSC 52 and CSI 2J: the reboot finding and the "
+                    "doctor's table show them as inert text")
+def test_a_forged_boot_id_and_name_reach_the_doctor_inert(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuroom.tui.cli.doctor import _print
+
+    j = rec.job(name="\x1b]52;c;cHduZWQ=\x07\x1b[2Jtrain")
+    j["attempts"][-1]["boot_id"] = "\x1b]52;c;cHduZWQ=\x07\x1b[2J-" + "0" * 20
+    (f,) = [f for f in found(None, rec.snapshot(T, jobs=[j]), "GEN6")
+            if f.severity == "critical"]
+    assert "the box rebooted" in f.title
+    for text in (f.title, f.seen):
+        assert not any(ch in text for ch in ("\x1b", "\x07")), repr(text)
+    _print([f], [], [])
+    out = capsys.readouterr().out
+    assert "the box rebooted" in out and "\x1b]52" not in out and "\x1b[2J" not in out
