@@ -299,6 +299,59 @@ def test_a_gpu_gone_between_polls_is_a_dead_gpu_and_a_steady_count_is_not(
     assert "1 GPU(s) now, 2 earlier in this boot" in gone.seen and "re-rent" in gone.fix
 
 
+def _death_after_one_poll(config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str],
+                          capture: Path | None) -> list[Any]:
+    """A running job is polled once, the kernel log then empties (``capture``: the file the
+    box's dmesg replays), the job's process group is killed as the kernel would, and the
+    room's FleetWatch polls on until the queue records the death: its findings."""
+    job = queue(config, capsys, "add", "box", "--gpus", "0", "--",
+                "sh", "-c", "echo up; exec sleep 120")["job"]
+    running(config, job)
+
+    async def polls() -> FleetWatch:
+        fleet = Fleet(load(config))
+        watch = FleetWatch()
+        try:
+            watch.observe(await fleet.poll_host("box"), time.time())
+            if capture is not None:
+                capture.write_bytes(b"")  # the next polls read no kernel line at all
+            _runner, pgids = await asyncio.to_thread(box_pids, config)
+            for pgid in pgids:
+                sshd_box.run("kill", "-KILL", "--", f"-{pgid}")
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                await asyncio.sleep(0.5)
+                state = await fleet.poll_host("box")
+                watch.observe(state, time.time())
+                j = state.view.job(job) if state.view is not None else None
+                if j is not None and j.state not in ("launching", "running"):
+                    return watch
+                assert time.monotonic() < deadline, j
+        finally:
+            await fleet.close()
+
+    return list(asyncio.run(polls()).findings("box"))
+
+
+@pytest.mark.sshd
+def test_an_xid_one_poll_before_a_death_still_explains_it_over_sshd(
+        money_box: Make, capsys: pytest.CaptureFixture[str], sshd_box: Any) -> None:
+    config = money_box(dmesg=XID94)
+    capture = _work(config).parent / "fixtures" / XID94
+    found = _death_after_one_poll(config, sshd_box, capsys, capture)
+    died = [f for f in found if f.id == "U22" and "died" in f.title]
+    assert died and "Xid 94" in died[0].title, [(f.id, f.title) for f in found]
+
+
+@pytest.mark.sshd
+def test_a_death_with_no_xid_in_the_window_is_not_blamed_on_the_gpu(
+        money_box: Make, capsys: pytest.CaptureFixture[str], sshd_box: Any) -> None:
+    found = _death_after_one_poll(money_box(), sshd_box, capsys, None)
+    assert [f for f in found if f.id == "U22"] == [], [(f.id, f.title) for f in found]
+    (u3,) = [f for f in found if f.id == "U3"]  # the ladder walked past the kernel log
+    assert "SIGKILL" in u3.title and "no reboot, OOM or Xid seen" in u3.seen
+
+
 # --------------------------------------------------------------------------- item 4: GEN6
 
 @pytest.mark.sshd
