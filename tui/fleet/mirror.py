@@ -32,10 +32,11 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.outputs import pull_root
 from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
+from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.transport.link import HostLink
-from gpuroom.tui.transport.pull import pull, take_manifest
+from gpuroom.tui.transport.pull import pull, safe_local_path, take_manifest
 
 # `gpuroom queue add --mirror` marks the job through its environment, which the queue keeps
 # with the job and the probe reports: a job the user asked to mirror is mirrored on any host.
@@ -72,8 +73,15 @@ def state_file(path: Path | None = None) -> Path:
 
 def mirror_dir(host: HostConfig, job: str) -> Path:
     """Where the mirror keeps ``job``'s checkpoints: beside `gpuroom pull`'s dirs, never in
-    one (pruning to the newest K must not delete what a full pull brought home)."""
-    return pull_root(host) / "mirror" / host.name / job
+    one (pruning to the newest K must not delete what a full pull brought home). The job id
+    is the box's text: one that would land outside (``../..``) is refused."""
+    base = pull_root(host) / "mirror" / host.name
+    target = safe_local_path(base, job)
+    if target is None:
+        raise GpuroomError(f"{host.name}: job id {sanitize_line(job)!r} would put its "
+                           f"checkpoints outside {base}: not mirrored",
+                           "check the box's queue (gpuroom queue ls); job ids are jN")
+    return target
 
 
 class MirrorState:
@@ -242,6 +250,14 @@ class Mirror:
             return
         for job in view.jobs:
             if not wants_mirror(host, job):
+                continue
+            try:
+                mirror_dir(host, job.id)
+            except GpuroomError as exc:
+                if (name, job.id) not in self._seen:  # said once, not at every poll
+                    self._seen[(name, job.id)] = (None, None)
+                    if self.on_outcome is not None:
+                        self.on_outcome(MirrorOutcome(name, job.id, "failed", None, exc.message))
                 continue
             ckpt = job.checkpoint
             sig = (ckpt.path, ckpt.mtime) if ckpt is not None else (None, None)

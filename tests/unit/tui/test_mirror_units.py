@@ -132,3 +132,30 @@ def test_bad_mirror_keys_are_named(tmp_path: Path) -> None:
     with pytest.raises(cfg.ConfigError) as err:
         cfg.load(p)
     assert "mirror_keep" in str(err.value) and "Fix:" in str(err.value)
+
+
+@pytest.mark.attack("injection", "a box's job id that climbs out of the mirror's dir")
+async def test_a_job_id_that_would_land_outside_the_mirror_dir_is_refused(
+        tmp_path: Path) -> None:
+    from gpuroom.tui.config import Settings
+    from gpuroom.tui.errors import GpuroomError
+    from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome, mirror_dir
+    from gpuroom.tui.snapshot import read_snapshot
+
+    host = HostConfig(name="box", ssh="box", mirror=True, pull_to=str(tmp_path / "home"))
+    assert mirror_dir(host, "default/j1") == (tmp_path / "home" / "mirror" / "box" /
+                                              "default" / "j1").resolve()
+    for bad in ("../../../etc", "/etc", "j1/../../x", "", "a\x00b"):
+        with pytest.raises(GpuroomError) as err:
+            mirror_dir(host, bad)
+        assert "box" in err.value.message and "\x00" not in err.value.message
+    heard: list[MirrorOutcome] = []
+    mirror = Mirror({"box": host}, {}, Settings(), state=MirrorState(tmp_path / "m.json"),
+                    on_outcome=heard.append)
+    view = read_snapshot({"queue": {"jobs": [{
+        "id": "../../../../tmp/x", "state": "running", "ckpt_dir": "/c",
+        "checkpoint": {"path": "/c/ckpt-000000000001.pt", "mtime": 1.0, "size": 1}}]}})
+    mirror.observe("box", view)
+    mirror.observe("box", view)
+    assert mirror._tasks == {}  # no pull started
+    assert [(o.status, "outside" in o.detail) for o in heard] == [("failed", True)]  # once
