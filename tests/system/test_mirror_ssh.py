@@ -44,6 +44,10 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd_box: Any) -> Any:
     yield tmp_path
     # The runner lives in the test user's tmux server, outside sshd's tree: end it here.
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    # The runner may outlive its session; it and the test's jobs must not read the next
+    # test's fresh queue.
+    sshd_box.run("sh", "-c", 'pkill -u "$(id -u)" -f "[q]ueue runner"; '
+                 'pkill -u "$(id -u)" -f "[s]leep 300"')
 
 
 def write_config(box: Any, tmp: Path, host: dict[str, Any] | None = None,

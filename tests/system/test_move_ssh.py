@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+import tomllib
 
 torch = pytest.importorskip("torch")
 
@@ -61,7 +62,10 @@ def two_hosts(sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         }}).encode())
     yield config
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-    sshd_box.run("sh", "-c", 'pkill -u "$(id -u)" -f "sleep 300"')
+    # Both roots' runners and their jobs (boxb's runner is not in tmux: the session name
+    # was taken), so none of them reads the next test's fresh queue.
+    sshd_box.run("sh", "-c", 'pkill -u "$(id -u)" -f "[q]ueue runner"; '
+                 'pkill -u "$(id -u)" -f "[s]leep 300"')
     for d in ("wa", "wb", "boxb"):
         shutil.rmtree(home / d, ignore_errors=True)
 
@@ -168,3 +172,70 @@ def test_move_from_an_unreachable_host_says_so_and_adds_nothing(
     assert "gone cannot be reached" in err and "only on that box" in err, err
     rc, out, _ = cli(capsys, "--config", str(two_hosts), "queue", "ls", "--json", "boxb")
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["jobs"] == []
+
+
+@pytest.mark.attack("faults", "queue move while the box cannot be reached, then it comes back")
+def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_later(
+        sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from gpuroom.tui import config as cfg
+    from gpuroom.tui.fleet.live import Fleet
+    from gpuroom.tui.fleet.mirror import MirrorOutcome, MirrorState
+    from gpuroom.tui.fleet.move import Lineage
+
+    home = sshd_box.home
+    doc = tomllib.loads(two_hosts.read_text())
+    doc["hosts"]["boxa"] = {**doc["hosts"].pop("box"), "ssh": "boxa", "mirror": True}
+    two_hosts.write_bytes(tomli_w.dumps(doc).encode())
+    sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
+    config = str(two_hosts)
+    rc, out, err = cli(capsys, "--config", config, "queue", "add", "--json", "boxa",
+                       f"--cwd={home / 'wa' / 'run'}", "--", *JOB)
+    assert rc == 0, err
+    job = json.loads(out.strip().splitlines()[-1])["job"]
+    running = wait_job(capsys, two_hosts, "boxa", job, "running")["jobs"][0]
+    ckpt_dir = Path(running["ckpt_dir"])
+    deadline = time.monotonic() + WAIT_S
+    while not ckpt_dir.is_dir():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    newest = save_ckpt(sshd_box, ckpt_dir, 10)
+
+    async def mirror_once() -> list[MirrorOutcome]:
+        heard: list[MirrorOutcome] = []
+        fleet = Fleet(cfg.load(two_hosts), mirror=True, on_mirror=heard.append)
+        try:
+            await fleet.poll_host("boxa")
+            assert fleet.mirror is not None
+            await fleet.mirror.idle()
+        finally:
+            await fleet.close()
+        return heard
+
+    assert [(o.status, o.step) for o in asyncio.run(mirror_once())] == [("home", 10)]
+
+    # boxa's link is gone (its alias now leads nowhere); the box itself goes on running j1.
+    sshd_box.write_ssh_config({"boxa": {"Port": "1"}, "boxb": {}})
+    rc, out, err = cli(capsys, "--config", config, "queue", "move", "boxa", job, "--to", "boxb")
+    assert rc == 0, (out, err)
+    assert "boxa cannot be reached" in out and "killed when boxa answers again" in out
+    last = out.strip().splitlines()[-1]
+    assert last.endswith("(from ckpt step 10)"), out
+    new = last.split(" -> boxb/")[1].split()[0]
+    moved = wait_job(capsys, two_hosts, "boxb", new, "running")["jobs"][0]
+    assert moved["argv"] == JOB and moved["cwd"] == str(home / "wb" / "run")
+    assert (Path(moved["ckpt_dir"]) / newest.name).read_bytes() == newest.read_bytes()
+    assert Lineage(MirrorState()).fences("boxa")  # the old copy still runs: not yet fenced
+
+    # boxa answers again: the next poll of a mirroring fleet (room, watch) kills its copy.
+    sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
+    heard = [o for o in asyncio.run(mirror_once()) if o.status != "current"]
+    assert [(o.job, o.status) for o in heard] == [(job, "fenced")], heard
+    assert f"runs as boxb/{new}" in heard[0].line
+    wait_job(capsys, two_hosts, "boxa", job, "killed")
+    asyncio.run(mirror_once())  # it is seen ended: the fence is done
+    assert Lineage(MirrorState()).fences("boxa") == []
+    rc, out, _ = cli(capsys, "--config", config, "queue", "ls", "boxa")
+    assert f"moved to boxb/{new}" in out
+    cli(capsys, "--config", config, "queue", "kill", "boxb", new)

@@ -44,7 +44,7 @@ async def _watch(args: argparse.Namespace) -> None:
             print(f"gpuroom watch: {sanitize_line(str(exc))}", file=sys.stderr, flush=True)
 
     def said(outcome: MirrorOutcome) -> None:
-        if outcome.status in ("home", "failed"):
+        if outcome.status in ("home", "failed", "fenced"):
             # Names and reasons may quote the box: one inert line each.
             print(sanitize_line(outcome.line), flush=True)
         if outcome.status == "failed" and notifier is not None:

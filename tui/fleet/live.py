@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
+from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome, MirrorState
 from gpuroom.tui.fleet.move import Lineage, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
@@ -245,11 +247,37 @@ class Fleet(PendingLedger):
                     state.mirrored = self.mirror.homes(name)
                     state.moves = Lineage(self.mirror.state).for_host(name)
                     self.mirror.observe(name, view)
+        if self.mirror is not None and state.state is LinkState.UP and state.view is not None:
+            # Before any dead runner is restarted: a job moved away while this host was
+            # unreachable must not run here again (its kill is the runner's first event).
+            await self._fence(name, state.view)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    async def _fence(self, name: str, view: SnapshotView) -> None:
+        """Kill (or remove, if queued) each job of ``name`` that `queue move` took elsewhere
+        while ``name`` could not be reached; done once a poll shows it ended."""
+        assert self.mirror is not None
+        lineage = Lineage(self.mirror.state)
+        for move in lineage.fences(name):
+            job = next((j for j in view.jobs if j.id == move.src_job), None)
+            if job is None or job.state not in LIVE_STATES:
+                lineage.fenced(move)
+                continue
+            verb = "remove" if job.state == "queued" else "kill"
+            try:
+                await self._queue_call(name, verb, "--", job.id, timeout_s=120.0)
+            except GpuroomError as exc:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"fencing it failed: {exc}"))
+                continue
+            self._mirrored(MirrorOutcome(
+                name, job.id, "fenced", move.step,
+                f"{verb} sent: it runs as {move.dst_host}/{move.dst_job} since it was moved "
+                f"while {name} could not be reached"))
 
     async def start_dead_runners(self, name: str, view: SnapshotView) -> list[str]:
         """Start the runner of each queue whose runner is dead while jobs wait or run (GEN6:

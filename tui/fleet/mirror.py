@@ -33,9 +33,9 @@ from gpuroom.tui.fleet.outputs import pull_root
 from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import Job
+from gpuroom.tui.snapshot import Job, QueueSpec, load_answer, read_queue_spec
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.transport.link import HostLink
+from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import pull, safe_local_path, take_manifest
 
 # `gpuroom queue add --mirror` marks the job through its environment, which the queue keeps
@@ -92,6 +92,31 @@ class MirrorState:
         # pull()'s own records of the mirror's pulls: apart from pulls.json, where a record
         # of one checkpoint would replace a full `gpuroom pull` of the job (the gate's view)
         self.pulls = self.path.with_name("mirror-pulls.json")
+        # Each mirrored job's command as `queue show` gave it (env values too, so mode 0600):
+        # what `queue move` re-adds elsewhere when the box itself cannot be reached.
+        self.jobs = self.path.with_name("mirror-jobs.json")
+
+    def spec(self, host: str, job: str) -> QueueSpec | None:
+        try:
+            doc = json.loads(self.jobs.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("mirror: %s unreadable (%s)", self.jobs, exc)
+            return None
+        raw = doc.get(f"{host}/{job}") if isinstance(doc, dict) else None
+        spec = read_queue_spec(raw)
+        return spec if spec.jobs and spec.jobs[0].id == job and spec.jobs[0].argv else None
+
+    def put_spec(self, host: str, spec: QueueSpec) -> None:
+        try:
+            doc = json.loads(self.jobs.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not isinstance(doc, dict):
+            doc = {}
+        doc[f"{host}/{spec.jobs[0].id}"] = asdict(spec)
+        _write_private(self.jobs, doc)
 
     def load(self) -> dict[tuple[str, str], MirrorHome]:
         try:
@@ -116,13 +141,33 @@ class MirrorState:
     def put(self, home: MirrorHome) -> None:
         homes = self.load()
         homes[(home.host, home.job)] = home
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump({"version": 1, "homes": [asdict(h) for h in homes.values()]}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        _write_private(self.path, {"version": 1, "homes": [asdict(h) for h in homes.values()]})
+
+
+def _write_private(path: Path, doc: Any) -> None:
+    """Atomically (tmp, fsync, rename), readable by this user only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+async def read_spec(link: HostLink, job: str) -> QueueSpec:
+    """``queue show``'s answer for ``job``: its queue's dir and config, and the job."""
+    result = await link.helper("queue", "show", "--", job, timeout_s=60.0)
+    try:
+        doc = load_answer(result.stdout)
+    except ValueError:
+        raise LinkError(link.name, f"queue show {job} failed ({result.failure()})") from None
+    spec = read_queue_spec(doc)
+    if not spec.jobs or spec.jobs[0].id != job:
+        raise GpuroomError(f"{link.name} has no job {job!r}", f"see gpuroom queue ls "
+                           f"{link.name}")
+    return spec
 
 
 @dataclass(frozen=True)
@@ -131,7 +176,7 @@ class MirrorOutcome:
 
     host: str
     job: str
-    status: str  # home | current | nothing | failed
+    status: str  # home | current | nothing | failed | fenced (tui/fleet/live.py _fence)
     step: int | None = None
     detail: str = ""
     received: int = 0  # bytes that crossed the link (a resumed pull: only the rest)
@@ -143,6 +188,8 @@ class MirrorOutcome:
             return f"{where}: ckpt step {self.step} home ({self.detail})"
         if self.status == "failed":
             return f"{where}: mirror failed: {self.detail}"
+        if self.status == "fenced":
+            return f"{where}: fenced ({self.detail})"
         if self.status == "current":
             return f"{where}: ckpt step {self.step} already home"
         return f"{where}: no committed checkpoint yet"
@@ -188,6 +235,8 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
     A LinkError propagates (the host is gone; the next poll says so); the .part stays for
     the resume."""
     # defer_above=0: a listing, not a hashing; the pull asks the box for the one digest.
+    if state.spec(host.name, job) is None:  # once per job: its command, for `queue move`
+        state.put_spec(host.name, await read_spec(link, job))
     doc = await take_manifest(link, ckpt_dir, defer_above=0, deadline_s=LIST_DEADLINE_S)
     found = committed(doc["files"])
     if not found:

@@ -8,13 +8,18 @@ push the checkpoint into the new job's checkpoint dir (tui/transport/push.py, sh
 on arrival), resume the queue. The lineage (A/j7 -> B/j3) is recorded in ``moves.json``
 beside mirror.json and shown in both queues.
 
-Where HOST cannot be reached the job's command is only on that box, so the move stops with
-that said (the mirrored checkpoint's path included); nothing is added anywhere.
+Where HOST cannot be reached, the move goes on from what the mirror kept: the job's command
+(`queue show`'s answer, saved at its first mirror cycle) and its newest verified checkpoint;
+the move is recorded with a fence, and the fleet (room, `gpuroom watch`) kills HOST's copy at
+its first good poll, before any dead runner there is restarted (tui/fleet/live.py _fence).
+A job the mirror never saw cannot be moved from an unreachable host: its command exists only
+on that box, and the move says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -28,9 +33,9 @@ from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.remote.queue_runner import job_ckpt_dir
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
-from gpuroom.tui.fleet.mirror import MirrorState, mirror_job
+from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
 from gpuroom.tui.model import MirrorHome
-from gpuroom.tui.snapshot import JobSpec, QueueSpec, load_answer, read_queue_spec
+from gpuroom.tui.snapshot import JobSpec, load_answer
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.push import push_file
 
@@ -65,6 +70,9 @@ class Move:
     dst_job: str
     step: int | None
     at: float
+    # The source's copy still to be killed when its host answers again (the move was made
+    # while it could not be reached): True until a poll shows it not live (Fleet fences it).
+    fence: bool = False
 
     @property
     def line(self) -> str:
@@ -96,7 +104,9 @@ class Lineage:
         return out
 
     def add(self, move: Move) -> None:
-        moves = [*self.load(), move]
+        self._write([*self.load(), move])
+
+    def _write(self, moves: list[Move]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         with open(tmp, "w") as f:
@@ -104,6 +114,15 @@ class Lineage:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+    def fences(self, host: str) -> list[Move]:
+        """Moves away from ``host`` whose old copy may still run there."""
+        return [m for m in self.load() if m.fence and m.src_host == host]
+
+    def fenced(self, move: Move) -> None:
+        """``move``'s old copy is seen ended: no more fencing."""
+        self._write([dataclasses.replace(m, fence=False) if m == move else m
+                     for m in self.load()])
 
     def for_host(self, host: str) -> dict[str, str]:
         """Each of ``host``'s moved jobs: "moved to B/j3" or "from A/j7" (the newest)."""
@@ -114,19 +133,6 @@ class Lineage:
             if m.dst_host == host:
                 out[m.dst_job] = f"from {m.src_host}/{m.src_job}"
         return out
-
-
-async def _show(link: HostLink, job: str) -> QueueSpec:
-    result = await link.helper("queue", "show", "--", job, timeout_s=60.0)
-    try:
-        doc = load_answer(result.stdout)
-    except ValueError:
-        raise LinkError(link.name, f"queue show {job} failed ({result.failure()})") from None
-    spec = read_queue_spec(doc)
-    if not spec.jobs or spec.jobs[0].id != job:
-        raise MoveError(f"{link.name} has no job {job!r}", "see gpuroom queue ls "
-                        f"{link.name}")
-    return spec
 
 
 async def _ask(link: HostLink, *args: str, check: bool = True) -> dict[str, object]:
@@ -146,7 +152,7 @@ async def _ended(link: HostLink, job: str, deadline_s: float) -> JobSpec:
     """Poll ``job`` until it is no longer live (bounded)."""
     deadline = time.monotonic() + deadline_s
     while True:
-        spec = (await _show(link, job)).jobs[0]
+        spec = (await read_spec(link, job)).jobs[0]
         if spec.state not in LIVE_STATES:
             return spec
         if time.monotonic() > deadline:
@@ -185,12 +191,25 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
     try:
-        spec = (await _show(src_link, job)).jobs[0]
+        spec = (await read_spec(src_link, job)).jobs[0]
     except LinkError as exc:
+        # The box is gone (or its link): what the mirror kept is the job's command and its
+        # newest verified checkpoint. The old copy is fenced when the host answers again.
+        cached = state.spec(src.name, job)
         home = state.host(src.name).get(job)
-        where = f"; its newest checkpoint home is {home.local_path}" if home else ""
-        raise MoveError(f"{src.name} cannot be reached ({exc}): {job}'s command is only on "
-                        f"that box{where}", f"move it when {src.name} answers") from exc
+        if cached is None:
+            where = f"; its newest checkpoint home is {home.local_path}" if home else ""
+            raise MoveError(f"{src.name} cannot be reached ({exc}): {job}'s command is only "
+                            f"on that box{where}", f"move it when {src.name} answers") from exc
+        say(f"{src.name} cannot be reached ({exc}): moving {job} from what the mirror kept"
+            + (f" (ckpt step {home.step})" if home else " (no checkpoint)")
+            + f"; its copy there is killed when {src.name} answers again")
+        _check_home(home)
+        new_job = await _add_paused(dst_link, cached.jobs[0], src, home, say=say)
+        move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
+                    fence=True)
+        Lineage(state).add(move)
+        return move
     if spec.state in LIVE_STATES:
         await _ask(src_link, "kill", "--", job)
         say(f"{src.name}/{job}: killed; waiting for it to end")
@@ -213,10 +232,14 @@ async def _bring_home(link: HostLink, spec: JobSpec, *, settings: Settings,
             raise MoveError(f"{host.name}/{spec.id}: its newest checkpoint did not come home "
                             f"({outcome.detail}): not moved", "move again (the pull resumes)")
     home = state.host(host.name).get(spec.id)
+    _check_home(home)
+    return home
+
+
+def _check_home(home: MirrorHome | None) -> None:
     if home is not None and not Path(home.local_path).is_file():
         raise MoveError(f"{home.local_path} (step {home.step}) is gone from this machine",
                         "move again after the job's checkpoint is pulled home")
-    return home
 
 
 async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
@@ -235,7 +258,7 @@ async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
         new_job = str(added.get("job"))
         say(f"{dst.name}: added {new_job} ({src.name}/{spec.id}'s command)")
         if home is not None:
-            where = await _show(link, new_job)
+            where = await read_spec(link, new_job)
             root = posixpath.dirname(posixpath.dirname(where.dir or ""))
             ckpt_dir = job_ckpt_dir(root, where.queue, new_job, where.jobs[0].durable_dir,
                                     where.config.durable_dir)
