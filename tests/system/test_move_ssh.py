@@ -98,6 +98,21 @@ def wait_job(capsys: pytest.CaptureFixture[str], config: Path, host: str, job: s
         time.sleep(0.3)
 
 
+def start_job(capsys: pytest.CaptureFixture[str], config: Path, host: str,
+              *opts: str) -> tuple[str, Path]:
+    """`queue add` JOB on ``host``; its id and checkpoint dir once it runs."""
+    rc, out, err = cli(capsys, "--config", str(config), "queue", "add", "--json", host, *opts,
+                       "--", *JOB)
+    assert rc == 0, err
+    job = str(json.loads(out.strip().splitlines()[-1])["job"])
+    ckpt_dir = Path(wait_job(capsys, config, host, job, "running")["jobs"][0]["ckpt_dir"])
+    deadline = time.monotonic() + WAIT_S
+    while not ckpt_dir.is_dir():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return job, ckpt_dir
+
+
 def save_ckpt(box: Any, ckpt_dir: Path, step: int) -> Path:
     tmp = ckpt_dir / f".ckpt-{step:012d}.pt.tmp-test"
     torch.save({"step": step, "w": torch.rand(1000, generator=torch.Generator().manual_seed(
@@ -111,17 +126,9 @@ def save_ckpt(box: Any, ckpt_dir: Path, step: int) -> Path:
 def test_move_kills_on_a_pushes_the_newest_checkpoint_and_adds_the_identical_job_on_b(
         sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home, config = sshd_box.home, str(two_hosts)
-    rc, out, err = cli(capsys, "--config", config, "queue", "add", "--json", "box",
-                       f"--cwd={home / 'wa' / 'run'}", "--env", f"DATA={home / 'wa' / 'd'}",
-                       "--env", "SEED=7", "--name", "sweep", "--", *JOB)
-    assert rc == 0, err
-    job = json.loads(out.strip().splitlines()[-1])["job"]
-    running = wait_job(capsys, two_hosts, "box", job, "running")["jobs"][0]
-    ckpt_dir = Path(running["ckpt_dir"])
-    deadline = time.monotonic() + WAIT_S
-    while not ckpt_dir.is_dir():
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    job, ckpt_dir = start_job(capsys, two_hosts, "box", f"--cwd={home / 'wa' / 'run'}",
+                              "--env", f"DATA={home / 'wa' / 'd'}", "--env", "SEED=7",
+                              "--name", "sweep")
     save_ckpt(sshd_box, ckpt_dir, 10)
     newest = save_ckpt(sshd_box, ckpt_dir, 20)
 
@@ -190,16 +197,7 @@ def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_la
     two_hosts.write_bytes(tomli_w.dumps(doc).encode())
     sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
     config = str(two_hosts)
-    rc, out, err = cli(capsys, "--config", config, "queue", "add", "--json", "boxa",
-                       f"--cwd={home / 'wa' / 'run'}", "--", *JOB)
-    assert rc == 0, err
-    job = json.loads(out.strip().splitlines()[-1])["job"]
-    running = wait_job(capsys, two_hosts, "boxa", job, "running")["jobs"][0]
-    ckpt_dir = Path(running["ckpt_dir"])
-    deadline = time.monotonic() + WAIT_S
-    while not ckpt_dir.is_dir():
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    job, ckpt_dir = start_job(capsys, two_hosts, "boxa", f"--cwd={home / 'wa' / 'run'}")
     newest = save_ckpt(sshd_box, ckpt_dir, 10)
 
     async def mirror_once() -> list[MirrorOutcome]:

@@ -61,10 +61,13 @@ def mirror_default(host: HostConfig) -> bool:
         return False  # the doctor reports a broken profile; no mirror is the quiet side
 
 
-def wants_mirror(host: HostConfig, job: Job) -> bool:
+def wants_mirror(host: HostConfig, job: Job, default: bool | None = None) -> bool:
+    """``default``: ``mirror_default(host)`` when the caller has it already."""
     if not job.ckpt_dir:
         return False
-    return job.env.get(MIRROR_ENV) == "1" or mirror_default(host)
+    if job.env.get(MIRROR_ENV) == "1":
+        return True
+    return mirror_default(host) if default is None else default
 
 
 def state_file(path: Path | None = None) -> Path:
@@ -284,6 +287,8 @@ class Mirror:
         self.on_outcome = on_outcome
         self.clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Each host's default, read once (a profile is a TOML file; polls come every seconds)
+        self._defaults = {name: mirror_default(h) for name, h in hosts.items()}
         # (path, mtime) of each job's newest checkpoint file when last acted on
         self._seen: dict[tuple[str, str], tuple[str | None, float | None]] = {}
 
@@ -298,7 +303,7 @@ class Mirror:
         if host is None or (task is not None and not task.done()):
             return
         for job in view.jobs:
-            if not wants_mirror(host, job):
+            if not wants_mirror(host, job, self._defaults.get(name)):
                 continue
             try:
                 mirror_dir(host, job.id)
