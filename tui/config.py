@@ -147,6 +147,8 @@ class Settings:
     renotify_s: float = 3600.0
     mirror_keep: int = 2  # checkpoints of each mirrored job kept home, newest first
     mirror_bwlimit_kbps: int | None = None  # the mirror's pulls through rsync --bwlimit
+    # A job added with --failover is moved once its host has been DOWN this long
+    failover_after_s: float = 600.0
 
 
 @dataclass
@@ -316,7 +318,7 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
     if not isinstance(raw, dict):
         raise _err(path, "[settings]", "must be a table", "write it as [settings]")
     for key, value in raw.items():
-        if key in ("poll_interval_s", "down_after_s", "renotify_s"):
+        if key in ("poll_interval_s", "down_after_s", "renotify_s", "failover_after_s"):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
                            f"e.g. {key} = 5")
@@ -357,7 +359,7 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
             raise _err(path, f"[settings] {key}", "unknown key",
                        "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
                        "bell, notify_command, notify_url, renotify_s, mirror_keep, "
-                       "mirror_bwlimit_kbps)")
+                       "mirror_bwlimit_kbps, failover_after_s)")
     return settings
 
 

@@ -237,3 +237,69 @@ def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_la
     rc, out, _ = cli(capsys, "--config", config, "queue", "ls", "boxa")
     assert f"moved to boxb/{new}" in out
     cli(capsys, "--config", config, "queue", "kill", "boxb", new)
+
+
+@pytest.mark.attack("faults", "a --failover job's box stays down: moved, then fenced on return")
+def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when_back(
+        sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from gpuroom.tui import config as cfg
+    from gpuroom.tui.fleet.live import Fleet
+    from gpuroom.tui.fleet.mirror import MirrorOutcome, MirrorState
+    from gpuroom.tui.fleet.move import Lineage
+    from gpuroom.tui.model import LinkState
+
+    home = sshd_box.home
+    doc = tomllib.loads(two_hosts.read_text())
+    doc["hosts"]["boxa"] = {**doc["hosts"].pop("box"), "ssh": "boxa"}  # mirror: not set
+    doc["settings"].update(failover_after_s=1, down_after_s=0.5, poll_interval_s=0.2)
+    two_hosts.write_bytes(tomli_w.dumps(doc).encode())
+    sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
+    rc, _, err = cli(capsys, "--config", str(two_hosts), "queue", "add", "boxa",
+                     "--failover", "nosuch", "--", "true")
+    assert rc != 0 and "nosuch" in err and "Fix:" in err  # a host hosts.toml lacks: refused
+    job, ckpt_dir = start_job(capsys, two_hosts, "boxa", f"--cwd={home / 'wa' / 'run'}",
+                              "--failover", "boxb")
+    newest = save_ckpt(sshd_box, ckpt_dir, 30)
+
+    async def body() -> list[MirrorOutcome]:
+        heard: list[MirrorOutcome] = []
+        fleet = Fleet(cfg.load(two_hosts), mirror=True, on_mirror=heard.append)
+        try:
+            await fleet.poll_host("boxb")
+            await fleet.poll_host("boxa")  # --failover implies the mirror: step 30 home
+            assert fleet.mirror is not None
+            await fleet.mirror.idle()
+            assert [(o.status, o.step) for o in heard] == [("home", 30)], heard
+            # boxa is lost: its alias leads nowhere and every session is cut.
+            sshd_box.write_ssh_config({"boxa": {"Port": "1"}, "boxb": {}})
+            sshd_box.kill_all()
+            sshd_box.start()
+            sshd_box.write_ssh_config({"boxa": {"Port": "1"}, "boxb": {}})
+            deadline = time.monotonic() + WAIT_S
+            while not any(o.status == "failover" for o in heard):
+                assert time.monotonic() < deadline, heard
+                await fleet.poll_host("boxb")  # as the fleet's loop polls every host
+                state = await fleet.poll_host("boxa")
+                assert state.state is not LinkState.UP
+                await asyncio.sleep(0.3)
+            # back: the next good poll kills the old copy
+            sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
+            while not any(o.status == "fenced" for o in heard):
+                assert time.monotonic() < deadline, heard
+                await fleet.poll_host("boxa")
+                await asyncio.sleep(0.3)
+        finally:
+            await fleet.close()
+        return heard
+
+    heard = asyncio.run(body())
+    [failover] = [o for o in heard if o.status == "failover"]
+    assert failover.job == job and failover.step == 30 and "boxa DOWN" in failover.line
+    [move] = Lineage(MirrorState()).load()
+    assert (move.src_host, move.src_job, move.dst_host, move.step) == ("boxa", job, "boxb", 30)
+    moved = wait_job(capsys, two_hosts, "boxb", move.dst_job, "running")["jobs"][0]
+    assert (Path(moved["ckpt_dir"]) / newest.name).read_bytes() == newest.read_bytes()
+    wait_job(capsys, two_hosts, "boxa", job, "killed")  # fenced: it never runs twice
+    cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", move.dst_job)

@@ -20,7 +20,7 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.mirror import MIRROR_ENV, MirrorState
+from gpuroom.tui.fleet.mirror import FAILOVER_ENV, MIRROR_ENV, MirrorState
 from gpuroom.tui.fleet.move import Lineage
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
@@ -64,6 +64,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--mirror", action="store_true",
                    help="pull each new checkpoint home while it runs (the room and `gpuroom "
                         "watch` do it; on by default for spot hosts)")
+    p.add_argument("--failover", metavar="HOST2[,HOST3]",
+                   help="mirror it, and move it to the first of these that is UP once its "
+                        "host is DOWN for [settings] failover_after_s (the room or `gpuroom "
+                        "watch` must run)")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
@@ -145,6 +149,18 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
                               f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), queue_backend(hosts[args.host].profile)
+
+
+def failover_targets(args: argparse.Namespace, fleet: Fleet) -> str:
+    """--failover's hosts, each one of hosts.toml's and not the job's own host."""
+    names = [n.strip() for n in str(args.failover).split(",") if n.strip()]
+    known = {h.name for h in fleet.hosts()}
+    bad = [n for n in names if n not in known or n == args.host]
+    if not names or bad:
+        raise cfg.ConfigError(f"--failover {args.failover}: not another host of hosts.toml: "
+                              f"{', '.join(bad) or 'none given'}",
+                              f"name other hosts (have: {', '.join(sorted(known))})")
+    return ",".join(names)
 
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
@@ -280,8 +296,10 @@ async def _run(args: argparse.Namespace) -> int:
                     opts.append(f"--{flag.replace('_', '-')}={value}")
             for item in args.env:
                 opts += ["--env", item]
-            if args.mirror:  # the job carries the wish (tui/fleet/mirror.py wants_mirror)
+            if args.mirror or args.failover:  # the job carries the wish (wants_mirror)
                 opts += ["--env", f"{MIRROR_ENV}=1"]
+            if args.failover:
+                opts += ["--env", f"{FAILOVER_ENV}={failover_targets(args, fleet)}"]
             opts += [f"--output={item}" for item in args.output]
             if args.retry_on_exit:
                 opts.append("--retry-on-exit")

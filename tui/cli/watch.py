@@ -1,8 +1,10 @@
 """`gpuroom watch`: the fleet with no screen, for a jump host where no terminal stays open.
 
-It polls every host like the room does and mirrors running jobs' checkpoints home
-(tui/fleet/mirror.py), printing one line per mirror outcome; a failed mirror is also POSTed
-to ``notify_url`` when the settings give one. Stop it with ctrl+c (or ``--duration``).
+It polls every host like the room does, mirrors running jobs' checkpoints home
+(tui/fleet/mirror.py), moves --failover jobs off a host DOWN for failover_after_s and fences
+their old copies (tui/fleet/live.py), printing one line per outcome; a failed mirror, a
+failover and a fence are also POSTed to ``notify_url`` when the settings give one. Stop it
+with ctrl+c (or ``--duration``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 
 EXIT_OK = 0
+FIXES = {
+    "failed": "check the host's link and disk; the mirror retries at the next poll",
+    "failover": "nothing to do: the job goes on on the new host; the old copy is killed when "
+                "its host answers again (stop paying for it: gpuroom gate)",
+    "fenced": "nothing to do: it runs on the host it was moved to",
+}
 
 
 def add_cli(sub: Any) -> None:
@@ -36,18 +44,18 @@ async def _watch(args: argparse.Namespace) -> None:
     async def notify(outcome: MirrorOutcome) -> None:
         assert notifier is not None
         try:
+            fix = FIXES.get(outcome.status, FIXES["failed"])
             await notifier.send({"host": outcome.host, "id": f"mirror:{outcome.job}",
                                  "severity": "warn", "text": sanitize_line(outcome.line),
-                                 "fix": "check the host's link and disk; the mirror retries at "
-                                        "the next poll"})
+                                 "fix": fix})
         except NotifyError as exc:
             print(f"gpuroom watch: {sanitize_line(str(exc))}", file=sys.stderr, flush=True)
 
     def said(outcome: MirrorOutcome) -> None:
-        if outcome.status in ("home", "failed", "fenced"):
+        if outcome.status not in ("current", "nothing"):
             # Names and reasons may quote the box: one inert line each.
             print(sanitize_line(outcome.line), flush=True)
-        if outcome.status == "failed" and notifier is not None:
+        if outcome.status in ("failed", "failover", "fenced") and notifier is not None:
             task = asyncio.ensure_future(notify(outcome))
             sends.add(task)
             task.add_done_callback(sends.discard)

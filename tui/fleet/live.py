@@ -19,7 +19,7 @@ from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.errors import GpuroomError
-from gpuroom.tui.fleet.mirror import Mirror, MirrorOutcome, MirrorState
+from gpuroom.tui.fleet.mirror import FAILOVER_ENV, Mirror, MirrorOutcome, MirrorState
 from gpuroom.tui.fleet.move import Lineage, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
@@ -148,6 +148,7 @@ class Fleet(PendingLedger):
         self._pull_records = PullRecords()
         self._on_change: Callable[[str], None] | None = None
         self._on_mirror = on_mirror
+        self._failover_tries: dict[tuple[str, str], float] = {}  # (host, job): last try
         # Only the long-running fleets (the room, `gpuroom watch`) mirror; a one-shot verb's
         # poll would start a pull it then cancels.
         self.mirror = Mirror(self._hosts, self._links, config.settings,
@@ -251,6 +252,8 @@ class Fleet(PendingLedger):
             # Before any dead runner is restarted: a job moved away while this host was
             # unreachable must not run here again (its kill is the runner's first event).
             await self._fence(name, state.view)
+        elif self.mirror is not None and state.state is LinkState.DOWN:
+            await self._failover(name)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
@@ -278,6 +281,43 @@ class Fleet(PendingLedger):
                 name, job.id, "fenced", move.step,
                 f"{verb} sent: it runs as {move.dst_host}/{move.dst_job} since it was moved "
                 f"while {name} could not be reached"))
+
+    async def _failover(self, name: str) -> None:
+        """Move each live --failover job of ``name`` (as its last good poll showed it) to the
+        first of its hosts that is UP, once ``name`` has been DOWN failover_after_s; from the
+        mirror's copy of its command and newest checkpoint (tui/fleet/move.py). A failed try
+        is tried again after the same wait; the old copy is fenced when ``name`` is back."""
+        assert self.mirror is not None
+        state = self._states[name]
+        wait = self.config.settings.failover_after_s
+        now = self.clock()
+        if state.last_ok is None or state.view is None or now - state.last_ok < wait:
+            return
+        moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
+        for job in state.view.jobs:
+            targets = [t for t in job.env.get(FAILOVER_ENV, "").split(",")
+                       if t in self._links and t != name]
+            tried = self._failover_tries.get((name, job.id))
+            if not targets or job.state not in LIVE_STATES or job.id in moved or (
+                    tried is not None and now - tried < wait):
+                continue
+            self._failover_tries[(name, job.id)] = now
+            up = [t for t in targets if self._states[t].state is LinkState.UP]
+            if not up:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"failover: none of {', '.join(targets)} is UP"))
+                continue
+            try:
+                move = await move_job(self.link(name), self.link(up[0]), job.id,
+                                      settings=self.config.settings, state=self.mirror.state)
+            except GpuroomError as exc:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"failover to {up[0]}: {exc}"))
+                continue
+            self._mirrored(MirrorOutcome(
+                name, job.id, "failover", move.step,
+                f"{name} DOWN {now - state.last_ok:.0f} s: {move.line}; the copy on {name} "
+                "is killed when it answers again"))
 
     async def start_dead_runners(self, name: str, view: SnapshotView) -> list[str]:
         """Start the runner of each queue whose runner is dead while jobs wait or run (GEN6:

@@ -41,6 +41,9 @@ from gpuroom.tui.transport.pull import pull, safe_local_path, take_manifest
 # `gpuroom queue add --mirror` marks the job through its environment, which the queue keeps
 # with the job and the probe reports: a job the user asked to mirror is mirrored on any host.
 MIRROR_ENV = "GPUROOM_MIRROR"
+# `queue add --failover B,C`: where the fleet moves the job when its host stays DOWN
+# (tui/fleet/live.py _failover); it implies the mirror.
+FAILOVER_ENV = "GPUROOM_FAILOVER"
 LIST_DEADLINE_S = 30.0
 
 log = logging.getLogger(__name__)
@@ -179,7 +182,8 @@ class MirrorOutcome:
 
     host: str
     job: str
-    status: str  # home | current | nothing | failed | fenced (tui/fleet/live.py _fence)
+    # home | current | nothing | failed | fenced, failover (tui/fleet/live.py _fence, _failover)
+    status: str
     step: int | None = None
     detail: str = ""
     received: int = 0  # bytes that crossed the link (a resumed pull: only the rest)
@@ -191,8 +195,8 @@ class MirrorOutcome:
             return f"{where}: ckpt step {self.step} home ({self.detail})"
         if self.status == "failed":
             return f"{where}: mirror failed: {self.detail}"
-        if self.status == "fenced":
-            return f"{where}: fenced ({self.detail})"
+        if self.status in ("fenced", "failover"):
+            return f"{where}: {self.status} ({self.detail})"
         if self.status == "current":
             return f"{where}: ckpt step {self.step} already home"
         return f"{where}: no committed checkpoint yet"
