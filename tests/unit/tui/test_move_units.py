@@ -64,3 +64,16 @@ def test_a_relative_workdir_is_refused(tmp_path: Path) -> None:
     config = cfg.load(p)
     assert "workdir must be an absolute path" in (config.hosts["a"].error or "")
     assert config.hosts["b"].workdir == "/workspace" and config.hosts["b"].error is None
+
+
+@pytest.mark.attack("bad configuration", "a failover_after_s that is not a positive number")
+def test_failover_after_s_is_a_positive_number_of_seconds(tmp_path: Path) -> None:
+    p = tmp_path / "hosts.toml"
+    assert cfg.load(p).settings.failover_after_s == 600.0
+    p.write_text("[settings]\nfailover_after_s = 90\n")
+    assert cfg.load(p).settings.failover_after_s == 90.0
+    for bad in ("0", "-5", '"ten"'):
+        p.write_text(f"[settings]\nfailover_after_s = {bad}\n")
+        with pytest.raises(cfg.ConfigError) as err:
+            cfg.load(p)
+        assert "failover_after_s" in str(err.value) and "Fix:" in str(err.value)
