@@ -53,6 +53,7 @@ from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
+from gpuroom.tui.room.jobdetail_screen import JobDetailScreen
 from gpuroom.tui.room.messages import HostChanged
 from gpuroom.tui.room.screens import (
     KEYS,
@@ -705,6 +706,22 @@ class GpuroomApp(SteerKeys):
             self.push_screen(DetailScreen(f"job {h.name}/{job.id}", job_detail(h, job)))
         else:
             self.push_screen(DetailScreen(f"host {h.name}", host_detail(h, self.clock())))
+
+    def action_job_detail(self) -> None:
+        """The selected job in full, from the box (queue show); a replay shows its record."""
+        picked = self._selected_job("show")
+        if picked is None:
+            return
+        h, job = picked
+        recorded = h.view.job(job.id) if h.view is not None else None
+        queue = recorded.queue if recorded is not None else "default"
+        self.push_screen(JobDetailScreen(
+            h.name, job.id, partial(self.fleet.queue_show, h.name, job.id, queue), self.clock))
+
+    @on(QueueTable.Opened)
+    def _job_opened(self, message: QueueTable.Opened) -> None:
+        if message.host == self.selected_host:
+            self.action_job_detail()
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()

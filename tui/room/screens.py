@@ -34,7 +34,9 @@ KEYS: tuple[Key, ...] = (
     Key("up,down", "", "move in the focused pane", palette=False),
     Key("j,k", "", "move down / up (vi)", palette=False),
     Key("tab,shift+tab", "", "next / previous pane", palette=False),
-    Key("enter", "", "show the highlighted host below", palette=False),
+    Key("enter", "", "hosts pane: show the highlighted host below", palette=False),
+    Key("enter", "job_detail", "job detail: the selected job in full, as queue show says it "
+        "(argv, cwd, env keys, GPUs, every attempt, why it waits, checkpoint, log)"),
     Key("slash", "filter", "filter hosts by name (esc clears)", short="filter"),
     Key("question_mark", "help", "this help", short="help"),
     Key("ctrl+p", "command_palette", "command palette", palette=False),
