@@ -38,6 +38,10 @@ KEYS: tuple[Key, ...] = (
     Key("enter", "job_detail", "job detail: the selected job in full, as queue show says it "
         "(argv, cwd, env keys, GPUs, every attempt, why it waits, checkpoint, log)"),
     Key("slash", "filter", "filter hosts by name (esc clears)", short="filter"),
+    Key("slash", "", "log pane: search the log's text; matches are highlighted (esc clears)",
+        palette=False),
+    Key("n,N", "", "log pane: next / previous match of the search (pauses follow)",
+        palette=False),
     Key("question_mark", "help", "this help", short="help"),
     Key("ctrl+p", "command_palette", "command palette", palette=False),
     Key("K", "kill", "kill the selected job (asks first)", short="kill", group="job"),
