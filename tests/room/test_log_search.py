@@ -9,6 +9,7 @@ import os
 import time
 
 from test_log_pane import FAILED, BoxFleet, _app, _raw_chunk, _rows
+from textual.pilot import Pilot
 from textual.widgets import Input
 
 from gpuroom.tui.room.app import GpuroomApp
@@ -33,14 +34,20 @@ def _room() -> tuple[GpuroomApp, BoxFleet, bytes]:
     return app, fleet, lines_of(1000)
 
 
+async def fed(app: GpuroomApp, fleet: BoxFleet, pilot: Pilot[None], data: bytes,
+              at: int = 0) -> LogTail:
+    """One more poll carrying ``data`` at offset ``at`` of the shown job's log, handled."""
+    await pilot.pause()
+    fleet.with_chunk(FAILED, _raw_chunk(at, data, at + len(data)))
+    await pilot.pause()
+    await pilot.pause()
+    return app.query_one(LogTail)
+
+
 async def test_slash_in_the_log_pane_searches_and_n_N_walk_the_matches() -> None:
     app, fleet, data = _room()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        fleet.with_chunk(FAILED, _raw_chunk(0, data, len(data)))
-        await pilot.pause()
-        await pilot.pause()
-        log = app.query_one(LogTail)
+        log = await fed(app, fleet, pilot, data)
         assert log.follow
         log.focus()
         await pilot.press("slash")
@@ -75,10 +82,7 @@ async def test_slash_in_the_log_pane_searches_and_n_N_walk_the_matches() -> None
                    and seg.text.lower() == "loss nan" for seg in strip), list(strip)
         # New lines while reading a match do not move the view.
         held = _rows(log)
-        more = lines_of(100, 1000)
-        fleet.with_chunk(FAILED, _raw_chunk(len(data), more, len(data) + len(more)))
-        await pilot.pause()
-        await pilot.pause()
+        await fed(app, fleet, pilot, lines_of(100, 1000), at=len(data))
         assert _rows(log) == held and len(log.matches) == 22
         assert log.current is not None and log.matches[log.current] == m  # still current
         # Another match, scrolled to by hand, is drawn in the plain match style.
@@ -102,10 +106,7 @@ async def test_slash_elsewhere_still_filters_hosts_and_esc_in_the_box_clears_the
         log = app.query_one(LogTail)
         log.focus()
         await pilot.press("slash", *"Loss")  # a capital: exact case
-        await pilot.pause()
-        fleet.with_chunk(FAILED, _raw_chunk(0, data, len(data)))
-        await pilot.pause()
-        await pilot.pause()
+        await fed(app, fleet, pilot, data)
         assert log.search == "Loss" and log.matches == []
         assert "no match" in str(log.border_title)
         await pilot.press("escape")
@@ -116,10 +117,7 @@ async def test_slash_elsewhere_still_filters_hosts_and_esc_in_the_box_clears_the
 async def test_n_without_a_search_does_nothing_and_help_lists_the_log_keys() -> None:
     app, fleet, data = _room()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        fleet.with_chunk(FAILED, _raw_chunk(0, data, len(data)))
-        await pilot.pause()
-        log = app.query_one(LogTail)
+        log = await fed(app, fleet, pilot, data)
         log.focus()
         await pilot.press("n", "N")
         assert log.follow and log.current is None
@@ -134,18 +132,12 @@ async def test_the_ring_dropping_old_lines_does_not_slide_a_paused_view() -> Non
     app, fleet, _ = _room()
     data = b"".join(b"row %d\n" % i for i in range(MAX_LINES))
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        fleet.with_chunk(FAILED, _raw_chunk(0, data, len(data)))
-        await pilot.pause()
-        await pilot.pause()
-        log = app.query_one(LogTail)
+        log = await fed(app, fleet, pilot, data)
         log.focus()
         await pilot.press("pageup", "pageup")
         assert not log.follow
         held = _rows(log)
         more = b"".join(b"row %d\n" % i for i in range(MAX_LINES, MAX_LINES + 200))
-        fleet.with_chunk(FAILED, _raw_chunk(len(data), more, len(data) + len(more)))
-        await pilot.pause()
-        await pilot.pause()
+        await fed(app, fleet, pilot, more, at=len(data))
         assert len(log.lines) == MAX_LINES and log.lines[-1] == f"row {MAX_LINES + 199}"
         assert _rows(log) == held  # the lines being read stay where they were

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from harness.room import screen_text
+from harness.room import job_reaches, screen_text
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.fleet.live import Fleet
@@ -45,13 +45,7 @@ async def test_enter_shows_the_real_jobs_detail_from_the_box(
                 "--", "python3", "-c", JOB)
             assert added.rc == 0, added.stderr
             jid = str(load_answer(added.stdout)["job"])
-            deadline = time.monotonic() + 60
-            while True:
-                await pilot.pause(0.3)
-                states = {j.id: j.state for j in app.query_one(QueueTable).jobs}
-                if states.get(jid) == "failed":
-                    break
-                assert time.monotonic() < deadline, states
+            await job_reaches(app, pilot, jid, "failed")
             await pilot.press("tab")
             assert app.query_one(QueueTable).selected_job_id == jid
             await pilot.press("enter")
