@@ -18,6 +18,7 @@ from textual.pilot import Pilot
 
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.room.app import GpuroomApp
+from gpuroom.widgets.logtail import LogTail
 
 os.environ["TZ"] = "UTC"
 time.tzset()
@@ -80,6 +81,20 @@ def test_job_detail_screen(snap_compare: SnapCompare) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=opened)
+
+
+def test_log_search(snap_compare: SnapCompare) -> None:
+    """/ in the log pane, "loss", enter: every match highlighted, the newest current, the
+    title saying which of how many."""
+    app, before = scenario_app("healthy")
+
+    async def searched(pilot: Pilot[Any]) -> None:
+        await before(pilot)
+        app.query_one(LogTail).focus()
+        await pilot.press("slash", *"loss", "enter")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=searched)
 
 
 def test_kill_confirm(snap_compare: SnapCompare) -> None:
