@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+from harness.room import screen_text
 from test_log_pane import FAILED, BoxFleet, _app, _raw_chunk, _rows
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -141,3 +143,21 @@ async def test_the_ring_dropping_old_lines_does_not_slide_a_paused_view() -> Non
         await fed(app, fleet, pilot, more, at=len(data))
         assert len(log.lines) == MAX_LINES and log.lines[-1] == f"row {MAX_LINES + 199}"
         assert _rows(log) == held  # the lines being read stay where they were
+
+
+@pytest.mark.attack("hostile text", "a log line and the search both carrying Rich markup "
+                    "'[/]' and an escape sequence, searched and highlighted in the log pane")
+async def test_markup_in_the_log_and_the_search_stays_words() -> None:
+    app, fleet, _ = _room()
+    data = b"ok\n\x1b[31mstep [bold red]7[/] done\x1b]52;c;ZXZpbA==\x07\n"
+    async with app.run_test(size=(120, 40)) as pilot:
+        log = await fed(app, fleet, pilot, data)
+        log.focus()
+        await pilot.press("slash", *"d]7[/]", "enter")
+        await pilot.pause()
+        assert log.lines[-1] == "step [bold red]7[/] done"  # sanitized before it is searched
+        assert [(m.line, m.start) for m in log.matches] == [(len(log.lines) - 1, 13)]
+        assert "/d]7[/]: match 1/1" in screen_text(app)  # drawn as the words typed
+        top = round(log.scroll_y)
+        row = log.render_line(len(log.lines) - 1 - top)
+        assert "step [bold red]7[/] done" in row.text
