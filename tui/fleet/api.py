@@ -15,7 +15,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
-from gpuroom.tui.snapshot import LogChunk
+from gpuroom.tui.snapshot import Job, LogChunk
 from gpuroom.tui.transport.pull import Progress, PullResult
 
 
@@ -66,6 +66,10 @@ class FleetAPI(Protocol):
     async def job_move(self, host: str, job_id: str, to: str) -> str:
         """`queue move`: the job goes on on ``to`` from its newest verified checkpoint
         (tui/fleet/move.py); answers the lineage line "A/j7 -> B/j3 (from ckpt step N)"."""
+        ...
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
+        """One job in full, as ``gpuroom queue show`` reads it from the box."""
         ...
 
     def mark_pending(self, host: str, action: PendingAction) -> None:
@@ -229,6 +233,15 @@ class StaticFleet(PendingLedger):
 
     async def job_move(self, host: str, job_id: str, to: str) -> str:
         raise FleetError(f"{host}: this is a recording; job {job_id} cannot be moved to {to}")
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
+        """A recording has no box to ask: the job as its snapshot recorded it (no newest
+        checkpoint unless the job was running)."""
+        view = self.host(host).view
+        job = view.job(job_id) if view is not None else None
+        if job is None:
+            raise FleetError(f"{host}: this recording holds no job {job_id}")
+        return job
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self._ssh.get(host)

@@ -28,9 +28,10 @@ from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job as JobView
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.snapshot import load_answer, read_log_doc
+from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -442,6 +443,16 @@ class Fleet(PendingLedger):
         move = await move_job(self.link(host), self.link(to), job_id,
                               settings=self.config.settings, state=state)
         return move.line
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> JobView:
+        out = await self._queue_call(host, "show", f"--queue={queue}", "--", job_id)
+        try:
+            jobs = read_queue_view(load_answer(out)).jobs
+        except ValueError:
+            raise LinkError(host, "queue show answered something that is not JSON") from None
+        if not jobs:
+            raise LinkError(host, f"queue show answered no job {sanitize_line(job_id)}")
+        return jobs[0]
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()
