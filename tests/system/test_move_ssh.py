@@ -110,6 +110,12 @@ def start_job(capsys: pytest.CaptureFixture[str], config: Path, host: str,
     while not ckpt_dir.is_dir():
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    cwd = next((o.split("=", 1)[1] for o in opts if o.startswith("--cwd=")), None)
+    # "running" is recorded as the process starts: wait until its listing of the checkpoint
+    # dir is done (env.txt follows it), so the test's checkpoints land after it.
+    while cwd is not None and not (Path(cwd) / "env.txt").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     return job, ckpt_dir
 
 
