@@ -185,6 +185,13 @@ def test_move_from_an_unreachable_host_says_so_and_adds_nothing(
     assert "gone cannot be reached" in err and "only on that box" in err, err
     rc, out, _ = cli(capsys, "--config", str(two_hosts), "queue", "ls", "--json", "boxb")
     assert rc == 0 and json.loads(out.strip().splitlines()[-1])["jobs"] == []
+    # Nor is a job killed for a move whose new host cannot be reached.
+    job, _ = start_job(capsys, two_hosts, "boxb")
+    rc, out, err = cli(capsys, "--config", str(two_hosts), "queue", "move", "boxb", job,
+                       "--to", "gone")
+    assert rc != 0 and "gone" in err, err
+    assert show(capsys, two_hosts, "boxb", job)["jobs"][0]["state"] == "running"
+    cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", job)
 
 
 @pytest.mark.attack("faults", "queue move while the box cannot be reached, then it comes back")

@@ -190,6 +190,8 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
     """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc."""
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
+    # The new host first: a job is never killed for a move that cannot land.
+    await _ask(dst_link, "ls", check=False)
     try:
         spec = (await read_spec(src_link, job)).jobs[0]
     except LinkError as exc:
