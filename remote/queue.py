@@ -42,7 +42,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm
+from . import queue_slurm, secrets
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -205,6 +205,7 @@ def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Di
 def job_view(job: Dict[str, Any], qdir: str) -> Dict[str, Any]:
     view = dict(job)
     view["log"] = os.path.join(qdir, job["log"])
+    view["env"] = secrets.redact_env(job.get("env"))  # U34: no value in a snapshot or ls
     return view
 
 
@@ -387,6 +388,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--cwd", default=None, help="default: the current directory")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--secret", action="append", default=[], metavar="NAME[=ENVVAR]",
+                        help="export a pushed secret (gpuroom-remote secret push) at launch")
     parser.add_argument("--gpus", type=int, default=None,
                         help="GPUs for the job (default 1 on a GPU box; 0 hides all GPUs)")
     parser.add_argument("--retries", type=int, default=0)
@@ -407,8 +410,17 @@ def _cmd_add(argv: List[str]) -> int:
         return 2
     root, queue = root_dir(args.root), check_queue_name(args.queue)
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
-    if args.backend == queue_slurm.BACKEND or (
-            args.backend is None and queue_slurm.is_default(root, queue)):
+    slurm = args.backend == queue_slurm.BACKEND or (
+        args.backend is None and queue_slurm.is_default(root, queue))
+    try:
+        if slurm and args.secret:
+            raise secrets.SecretError("--secret is for the local queue: a Slurm job runs on a "
+                                      "compute node that cannot read the login node's disk")
+        job_secrets = secrets.job_secrets(args.secret, args.root)
+    except secrets.SecretError as exc:
+        _emit({"ok": False, "error": str(exc)})
+        return 1
+    if slurm:
         try:
             doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
@@ -422,7 +434,7 @@ def _cmd_add(argv: List[str]) -> int:
                          env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
                          retry_on_exit=args.retry_on_exit, outputs=args.output,
                          durable_dir=args.durable_dir, front=args.front,
-                         vram_mib=args.vram_mib)
+                         vram_mib=args.vram_mib, secrets=job_secrets)
     doc = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]), "seq": ev["seq"]}
     if not args.no_start:
         doc["runner"] = start_runner(root, queue, args.idle_exit)

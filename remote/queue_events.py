@@ -234,6 +234,7 @@ def _new_job(ev: Event) -> Dict[str, Any]:
         "argv": list(ev.get("argv") or []),
         "cwd": ev.get("cwd"),
         "env": dict(ev.get("env") or {}),
+        "secrets": list(ev.get("secrets") or []),  # names and paths, never values
         "gpus": ev.get("gpus"),
         "vram_mib": ev.get("vram_mib"),
         "retries": int(ev.get("retries") or 0),

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, selfhash
+from . import hostinfo, secrets, selfhash
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -790,11 +790,14 @@ class Runner:
             self.log(f"cannot create {ckpt_dir}: {exc}")
         env = build_job_env(dict(os.environ), job, cuda=cuda, ckpt_dir=ckpt_dir,
                             pythonpath=import_path(self.root), threads=cpu_thread_cap())
+        from_secrets, missing = secrets.secret_env(job)  # read now: never in an event (U34)
+        env.update(from_secrets)
         argv = [*self_argv(), "queue", "_exec", "--files", files.lock[:-len(".lock")],
                 "--cwd", job.get("cwd") or os.path.expanduser("~"), "--", *job["argv"]]
         with open(log_path, "ab") as logf:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             marker = f"=== gpuroom {job_id} attempt {n} {stamp} cuda={cuda} ===\n"
+            marker += "".join(f"gpuroom: {line}\n" for line in missing)
             logf.write(marker.encode())
             logf.flush()
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,

@@ -39,7 +39,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--vram-mib", type=int, default=None,
                    help="VRAM the job needs per GPU (the doctor warns when it cannot fit: U10)")
     p.add_argument("--cwd")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="stored and shown on the box: a credential goes in --secret")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME[=ENVVAR]",
+                   help="export a secret pushed with `gpuroom secret push` at launch")
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
@@ -143,6 +146,8 @@ async def _run(args: argparse.Namespace) -> int:
                     opts += ["--" + flag.replace("_", "-"), value]
             for item in args.env:
                 opts += ["--env", item]
+            for item in args.secret:
+                opts += ["--secret", item]
             for item in args.output:
                 opts += ["--output", item]
             opts += ["--backend", backend, *_slurm_opts(args)]
