@@ -1,10 +1,12 @@
 """``gpuroom-remote queue ...``: a job queue on the box that finishes on its own.
 
 Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom) and
-``--queue NAME`` (default "default"); all but ``logs`` print one JSON object on stdout):
+``--queue NAME`` (default "default"); all but raw ``logs`` print one JSON object on stdout, also
+when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
+when the job is recorded and a live runner will see it, see ``add_job``):
 
   add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
-      [--retry-on-exit]
+      [--retry-on-exit] [--after JOB[,JOB]] [--priority N]
       [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
       [--partition P] -- ARGV...
@@ -16,7 +18,12 @@ Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom
   ls [--json]                 the folded state
   kill ID [--grace S] [--wait S]
   relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
+  pause | resume              start no new job / start them again (running ones go on)
+  show ID                     one job as ``ls`` has it, with its newest checkpoint
+  edit ID [--name N] [--gpus K] [--env K=V]... [--unset-env K]... [-- ARGV...]
+                              a changed copy as a new job (the old one is kept)
   logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
+  logs ID --lines N | --end E [--max-bytes M] | --json   one log chunk as JSON (the probe's)
   install-reboot-hook         @reboot crontab line that restarts this queue's runner (GEN6)
   _exec ...                   internal: the per-attempt wrapper
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import os
 import re
@@ -42,13 +50,15 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm, secrets
+from . import queue_slurm, secrets, slurm_telemetry
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
     LIVE_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
+    WriteFailed,
     check_queue_name,
     fold,
     list_queues,
@@ -144,7 +154,7 @@ def _runner_info(qdir: str) -> Dict[str, Any]:
             status = json.load(f)
         if isinstance(status, dict):
             info.update({k: status.get(k) for k in ("pid", "boot_id", "started", "heartbeat",
-                                                   "blocked")})
+                                                   "blocked", "write_error", "error")})
     except (OSError, ValueError):
         pass
     return info
@@ -158,10 +168,15 @@ def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Di
         return {"started": False, "running": True, "method": None}
     env_file = os.path.join(qdir, "runner.env.json")
     tmp = f"{env_file}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(dict(os.environ), f)
-    os.replace(tmp, env_file)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(dict(os.environ), f)
+        os.replace(tmp, env_file)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # a full disk leaves no half-written file behind
+        raise
     log_file = os.path.join(qdir, "runner.log")
     argv = [*self_argv(), "queue", "runner", "--root", root, "--queue", queue,
             "--env-file", env_file, "--log-file", log_file]
@@ -225,12 +240,16 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         # Bounded answer, but never hide what is live or waiting.
         keep = {j["id"] for j in jobs[-limit:]}
         jobs = [j for j in jobs if j["id"] in keep or j["state"] in LIVE_STATES]
+    runner = _runner_info(qdir)
+    views = [job_view(j, qdir) for j in jobs]
+    for view in views:
+        view["waiting"] = _waiting(view, runner, bool(state["config"].get("paused")))
     return {
         "queue": queue,
         "dir": qdir,
         "config": state["config"],
-        "runner": _runner_info(qdir),
-        "jobs": [job_view(j, qdir) for j in jobs],
+        "runner": runner,
+        "jobs": views,
         "order": state["order"],
         "pending_requests": state["pending_requests"],
         "last_seq": state["last_seq"],
@@ -240,9 +259,56 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
     }
 
 
+def _waiting(job: Dict[str, Any], runner: Dict[str, Any], paused: bool) -> Optional[str]:
+    """Why a queued box job has not started (issue 17): the runner's reason (a slot, GPUs
+    held by a foreign pid, the job ahead), or that no runner is there to start it."""
+    if job.get("state") != "queued" or job.get("backend") == queue_slurm.BACKEND:
+        return None  # a Slurm job's wait is Slurm's own reason (Dependency, Resources, ...)
+    if paused:
+        return PAUSED_WAIT  # said with or without a runner: a paused queue's runner may leave
+    if not runner.get("alive"):
+        return "no runner: the next queue add starts one"
+    blocked = runner.get("blocked")
+    why = blocked.get(job.get("id")) if isinstance(blocked, dict) else None
+    return str(why) if why else None
+
+
+def tail_start(f: Any, end: int, max_bytes: int, lines: Optional[int] = None) -> int:
+    """Where the last ``max_bytes`` (at most ``lines`` lines) before ``end`` of ``f`` begin.
+
+    The start is a line start, so the jump host never shows a line cut in half as if it were
+    whole; only a single line longer than ``max_bytes`` is shown from its middle.
+    """
+    low = max(0, end - max(0, max_bytes))
+    # One byte before ``low`` tells whether ``low`` already starts a line.
+    before = max(0, low - 1)
+    f.seek(before)
+    data = f.read(end - before)
+    base = before
+    if lines is not None:
+        pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+        for _ in range(max(0, lines)):
+            pos = data.rfind(b"\n", low - base, pos)
+            if pos < 0:
+                break
+        if pos >= 0:
+            return min(end, base + pos + 1)
+    if low == 0:
+        return 0
+    nl = data.find(b"\n")
+    start = base + nl + 1
+    return start if nl >= 0 and start < end else low
+
+
 def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
                    max_bytes: int = LOG_CHUNK_MAX) -> Dict[str, Any]:
-    """Log bytes since the jump host's cursor; ``reset`` when the file was replaced/cut."""
+    """Log bytes for the jump host's cursor; ``reset`` when the file was replaced/cut.
+
+    The cursor is ``{"offset", "inode"}`` (what follows), ``{"tail": N}`` (the last N bytes,
+    capped at ``max_bytes``: a job the user just selected), ``{"tail": N, "end": E}`` (the N
+    bytes before offset E: scrolling back) or None (the last ``LOG_TAIL_DEFAULT`` bytes).
+    Every tail starts at a line start.
+    """
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -251,14 +317,21 @@ def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
     with f:
         st = os.fstat(f.fileno())
         reset = False
+        end = st.st_size
         if cursor is None:
-            start = max(0, st.st_size - LOG_TAIL_DEFAULT)
+            start = tail_start(f, end, LOG_TAIL_DEFAULT)
+        elif cursor.get("tail") is not None:
+            if cursor.get("end") is not None:
+                end = max(0, min(end, int(cursor["end"])))
+            lines = cursor.get("lines")
+            start = tail_start(f, end, min(int(cursor["tail"]), max_bytes),
+                               None if lines is None else int(lines))
         else:
             start = int(cursor.get("offset") or 0)
             if cursor.get("inode") not in (None, st.st_ino) or st.st_size < start:
                 reset, start = True, 0
         f.seek(start)
-        data = f.read(min(max_bytes, max(0, st.st_size - start)))
+        data = f.read(min(max_bytes, max(0, end - start)))
     return {"offset": start, "next_offset": start + len(data), "inode": st.st_ino,
             "size": st.st_size, "data_b64": base64.b64encode(data).decode("ascii"),
             "reset": reset}
@@ -328,6 +401,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 if ckpt_dir in old_ckpts:
                     ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
                 job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
+        slurm_telemetry.attach(root, qdir, view["jobs"], events=readers[name].events,
+                               request=request, session_state=session.state)
         out["queues"][name] = view
     session.state["finished_checkpoints"] = ckpts
     return {"queue": out}
@@ -397,6 +472,10 @@ def _cmd_add(argv: List[str]) -> int:
                         help="VRAM the job needs per GPU; the doctor warns when it cannot fit")
     parser.add_argument("--retry-on-exit", action="store_true",
                         help="also retry non-zero exit codes (default: signals/vanish only)")
+    parser.add_argument("--after", default=None, metavar="JOB[,JOB]",
+                        help="start only after these jobs succeeded; one failing fails this")
+    parser.add_argument("--priority", type=int, default=0,
+                        help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--front", action="store_true")
@@ -404,6 +483,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--idle-exit", type=float, default=None,
                         help="idle seconds before a runner started here exits")
     _slurm_options(parser)
+    parser.add_argument("--array", default=None,
+                        help="Slurm job array, e.g. 0-9%%2 (tasks 0..9, two at a time)")
     args = parser.parse_args(argv[:cut])
     if not cmd:
         sys.stderr.write("gpuroom queue add: empty command\n")
@@ -418,28 +499,113 @@ def _cmd_add(argv: List[str]) -> int:
                                       "compute node that cannot read the login node's disk")
         job_secrets = secrets.job_secrets(args.secret, args.root)
     except secrets.SecretError as exc:
-        _emit({"ok": False, "error": str(exc)})
+        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc)})
         return 1
     if slurm:
+        if args.after or args.priority:
+            # Slurm orders and chains its own jobs; a box-queue field it would ignore is
+            # refused rather than dropped without a word.
+            _emit({"ok": False, "recorded": False, "queue": queue,
+                   "error": "--after and --priority order the box's own queue; Slurm does "
+                            "not read them",
+                   "fix": "leave them out on a Slurm host (Slurm orders its queue itself)"})
+            return 1
         try:
             doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
                                   time_limit=args.time, signal_lead_s=args.signal_lead,
-                                  cpus_per_task=args.cpus_per_task, partition=args.partition)
+                                  cpus_per_task=args.cpus_per_task, partition=args.partition,
+                                  array=args.array)
         except queue_slurm.SlurmError as exc:
             return queue_slurm.emit_error(exc)
         _emit(doc)
         return 0 if doc.get("ok") else 1
-    ev = _append_request(root, queue, "added", name=args.name, argv=cmd, cwd=cwd,
-                         env=_parse_env(args.env), gpus=args.gpus, retries=args.retries,
-                         retry_on_exit=args.retry_on_exit, outputs=args.output,
-                         durable_dir=args.durable_dir, front=args.front,
-                         vram_mib=args.vram_mib, secrets=job_secrets)
-    doc = {"ok": True, "queue": queue, "job": "j" + str(ev["seq"]), "seq": ev["seq"]}
-    if not args.no_start:
-        doc["runner"] = start_runner(root, queue, args.idle_exit)
+    try:
+        after = _known_jobs(root, queue, args.after)
+    except ValueError as exc:
+        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
+    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=_parse_env(args.env), gpus=args.gpus,
+                  retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
+                  durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
+                  after=after, priority=args.priority, secrets=job_secrets)
+    doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     _emit(doc)
-    return 0
+    return 0 if doc["ok"] else 1
+
+
+def _known_jobs(root: str, queue: str, spec: Optional[str]) -> List[str]:
+    """The ``--after`` ids, each a job of this queue (ValueError names the one that is not)."""
+    if not spec:
+        return []
+    ids = [part.strip() for part in spec.split(",") if part.strip()]
+    jobs = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"]
+    for job in ids:
+        if job not in jobs:
+            raise ValueError(f"--after {job}: no such job in queue {queue}")
+    return ids
+
+
+def _not_recorded(queue: str, exc: OSError) -> Dict[str, Any]:
+    why = exc.describe() if isinstance(exc, WriteFailed) else (
+        f"{type(exc).__name__}: {exc}; nothing was recorded")
+    return {"ok": False, "recorded": False, "queue": queue, "error": why,
+            "fix": "free space on the box's filesystem (df -h; df -i), then add the job again"
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "see the error, then add again"}
+
+
+def add_job(root: str, queue: str, fields: Dict[str, Any], *, start: bool = True,
+            idle_exit: Optional[float] = None) -> Dict[str, Any]:
+    """Record a job, and answer ok only when a live runner will see it (issue 18).
+
+    Either the job is recorded and ok (a runner holds the lock while the event is written,
+    or one was started after it), or it is not recorded and the answer says why and the fix.
+    The one answer in between, recorded but no runner could start, says so (``recorded``) so
+    that nobody adds it twice.
+    """
+    qdir = queue_dir(root, queue)
+    runner: Dict[str, Any] = {}
+    try:
+        if start:
+            # A runner first: starting one needs a file (runner.env.json), which a full disk
+            # or inode table refuses before anything of the job is written.
+            runner = start_runner(root, queue, idle_exit)
+            if not runner.get("running"):
+                return {"ok": False, "recorded": False, "queue": queue, "runner": runner,
+                        "error": "no queue runner could be started, so the job was not added",
+                        "fix": f"read {os.path.join(qdir, 'runner.log')} on the box"}
+        writer = EventWriter(qdir)
+    except OSError as exc:
+        return _not_recorded(queue, exc)
+    try:
+        writer.lock()
+        try:
+            ev = writer.append_locked("added", {**fields, "job": writer.next_job_id_locked()})
+            # Under the events lock a runner cannot decide to leave (Runner.try_exit takes
+            # it too): one that holds its lock now will read this event.
+            seen = runner_alive(qdir)
+        finally:
+            writer.unlock()
+    except OSError as exc:
+        return _not_recorded(queue, exc)
+    finally:
+        writer.close()
+    doc: Dict[str, Any] = {"ok": True, "recorded": True, "queue": queue, "job": ev["job"],
+                           "seq": ev["seq"]}
+    if start and not seen:
+        try:
+            runner = start_runner(root, queue, idle_exit)
+        except OSError as exc:
+            runner = {"running": False, "error": f"{type(exc).__name__}: {exc}"}
+        if not runner.get("running"):
+            doc.update(ok=False, error=f"job {ev['job']} is recorded but no runner is running "
+                       "to start it (do not add it again)",
+                       fix="start the queue: gpuroom-remote queue start; read "
+                       f"{os.path.join(qdir, 'runner.log')} on the box")
+    if start:
+        doc["runner"] = runner
+    return doc
 
 
 def _slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -591,6 +757,85 @@ def _slurm_request(kind: str, root: str, queue: str, job: str) -> int:
     return 0 if doc.get("ok") else 1
 
 
+def _pause(paused: bool) -> Any:
+    def run(argv: List[str]) -> int:
+        verb = "pause" if paused else "resume"
+        parser = argparse.ArgumentParser(prog=f"gpuroom-remote queue {verb}")
+        _common(parser)
+        args = parser.parse_args(argv)
+        root, queue = root_dir(args.root), check_queue_name(args.queue)
+        # A setting the runner reads every tick: running jobs go on, no new one starts.
+        ev = _append_request(root, queue, "configured", paused=paused)
+        doc: Dict[str, Any] = {"ok": True, "queue": queue, "seq": ev["seq"], "paused": paused}
+        if not paused:
+            state = fold(read_events(queue_dir(root, queue))[0], queue)
+            if state["order"]:
+                doc["runner"] = start_runner(root, queue)  # queued jobs need one to start
+        _emit(doc)
+        return 0
+
+    return run
+
+
+def _cmd_show(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue show")
+    _common(parser)
+    parser.add_argument("job")
+    args = parser.parse_args(argv)
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    view = queue_view(root, queue)
+    found = [j for j in view["jobs"] if j["id"] == args.job]
+    if not found:
+        _emit({"ok": False, "queue": queue, "job": args.job,
+               "error": f"no job {args.job} in queue {queue}",
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
+    job = found[0]
+    job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+    view["jobs"] = [job]
+    view["ok"] = True
+    _emit(view)
+    return 0
+
+
+def _cmd_edit(argv: List[str]) -> int:
+    """A copy of a job with a changed argv, env or GPUs, added as a new job; the old one is
+    left as it is (its history stays), so a queued old one is removed with ``remove``."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    cmd = argv[cut + 1:]
+    parser = argparse.ArgumentParser(prog="gpuroom-remote queue edit")
+    _common(parser)
+    parser.add_argument("job")
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--gpus", type=int, default=None)
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--unset-env", action="append", default=[], metavar="KEY")
+    parser.add_argument("--no-start", action="store_true")
+    args = parser.parse_args(argv[:cut])
+    root, queue = root_dir(args.root), check_queue_name(args.queue)
+    old = fold(read_events(queue_dir(root, queue))[0], queue)["jobs"].get(args.job)
+    if old is None:
+        _emit({"ok": False, "queue": queue, "job": args.job,
+               "error": f"no job {args.job} in queue {queue}",
+               "fix": "gpuroom queue ls HOST lists the jobs"})
+        return 1
+    env = {k: v for k, v in old["env"].items() if k not in args.unset_env}
+    env.update(_parse_env(args.env))
+    fields = {k: old[k] for k in ("argv", "cwd", "gpus", "vram_mib", "retries", "retry_on_exit",
+                                  "outputs", "durable_dir", "after", "priority",
+                                  "secrets")}
+    fields.update(name=args.name or (old["name"] if old["name"] != old["id"] else None),
+                  env=env, edited_from=old["id"])
+    if cmd:
+        fields["argv"] = cmd
+    if args.gpus is not None:
+        fields["gpus"] = args.gpus
+    doc = add_job(root, queue, fields, start=not args.no_start)
+    doc["edited_from"] = old["id"]
+    _emit(doc)
+    return 0 if doc["ok"] else 1
+
+
 def _cmd_logs(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue logs")
     _common(parser)
@@ -598,12 +843,28 @@ def _cmd_logs(argv: List[str]) -> int:
     parser.add_argument("--offset", type=int, default=0,
                         help="byte offset; negative counts from the end")
     parser.add_argument("--max-bytes", type=int, default=1 << 20)
+    parser.add_argument("--lines", type=int, default=None,
+                        help="the last N lines (at most --max-bytes), as --json")
+    parser.add_argument("--end", type=int, default=None,
+                        help="the --max-bytes before this offset, from a line start, as --json")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: offset, next_offset, inode, size, data_b64")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
-    if not re.match(r"^j\d+$", args.job):
+    if not re.match(r"^j\d+(_\d+)?$", args.job):  # j5_3: task 3 of array job j5
         sys.stderr.write(f"gpuroom queue logs: bad job id {args.job!r}\n")
         return 2
     path = os.path.join(queue_dir(root, queue), "logs", f"{args.job}.log")
+    if not os.path.exists(path):
+        sys.stderr.write(f"gpuroom queue logs: no log for {args.job} in queue {queue}\n")
+        return 1
+    if args.json or args.lines is not None or args.end is not None:
+        # The same reader as the probe's log chunks: one shape for the jump host to read.
+        cursor: Optional[Dict[str, Any]] = {"offset": args.offset}
+        if args.lines is not None or args.end is not None:
+            cursor = {"tail": args.max_bytes, "end": args.end, "lines": args.lines}
+        _emit(read_log_chunk(path, cursor, max(0, args.max_bytes)))
+        return 0
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -663,6 +924,10 @@ COMMANDS = {
     "relaunch": _simple_request("relaunch", ["requeued"]),
     "remove": _simple_request("remove", ["removed"]),
     "move": _simple_request("move", ["reordered"]),
+    "pause": _pause(True),
+    "resume": _pause(False),
+    "show": _cmd_show,
+    "edit": _cmd_edit,
     "logs": _cmd_logs,
     "install-reboot-hook": _cmd_install_reboot_hook,
     "_exec": exec_main,
@@ -683,3 +948,11 @@ def main(argv: List[str]) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpuroom queue {argv[0]}: {exc}\n")
         return 2
+    except OSError as exc:
+        # A request or a setting that could not be written (a full disk): said, not a
+        # traceback; WriteFailed means the file was cut back, so nothing half-written stays.
+        why = exc.describe() if isinstance(exc, WriteFailed) else f"{type(exc).__name__}: {exc}"
+        _emit({"ok": False, "recorded": False, "error": why,
+               "fix": "free space on the box's filesystem (df -h; df -i), then try again"
+               if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "see the error"})
+        return 1

@@ -10,7 +10,9 @@ Who writes what (pueue's rule: one owner of job state):
   ``relaunch_requested``, ``remove_requested``, ``reorder_requested``;
 - only the runner appends JOB-STATE events: ``launching``, ``started``, ``exited``, ``killed``,
   ``requeued``, ``orphaned_by_reboot``, ``vanished``, ``removed``, ``reordered``,
-  ``rejected``, ``unschedulable``, ``synced``, ``sync_failed``. An event that answers a
+  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``.
+  Pausing is a setting (``configured`` with ``paused``): the runner reads it and starts
+  nothing new while it is true. An event that answers a
   request carries ``req`` = the request's seq; a request no event answers is pending.
 """
 
@@ -56,8 +58,17 @@ ACTIVE_STATES = ("launching", "running")  # a process exists or is being started
 FINAL_STATES = ("succeeded", "failed", "killed", "removed")  # nothing will change it again
 LIVE_STATES = ("queued", *ACTIVE_STATES)  # not final: waiting or active
 FAILED_STATES = ("failed",)  # ended badly without being asked to
-DEFAULT_CONFIG: Dict[str, Any] = {"slots": 1, "durable_dir": None, "idle_exit_s": 60.0,
-                                  "kill_grace_s": 30.0}
+# slots 0 = automatic: one job per GPU on a GPU box, one at a time on a CPU box.
+DEFAULT_CONFIG: Dict[str, Any] = {"slots": 0, "durable_dir": None, "idle_exit_s": 60.0,
+                                  "kill_grace_s": 30.0, "paused": False}
+CONFIG_TYPES: Dict[str, Tuple[Any, str]] = {
+    "slots": (int, "an integer"), "durable_dir": (str, "a string"),
+    "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number"),
+    "paused": (bool, "true or false")}
+# What a queued job of a paused queue says it waits for (``queue ls``, the room).
+PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
+# The states of a dependency (``add --after``) that fail the jobs waiting for it.
+DEPENDENCY_FAILED_STATES = ("failed", "killed", "removed")
 
 
 def root_dir(root: Optional[str] = None) -> str:
@@ -113,6 +124,70 @@ def _last_seq_and_newline(fd: int) -> Tuple[int, bool]:
         window *= 8
 
 
+class WriteFailed(OSError):
+    """An event that could not be written, and is not in the file (it was cut back)."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), path)
+        self.cause = cause
+
+    def describe(self) -> str:
+        """What failed and the fix, in one line."""
+        name = errno.errorcode.get(self.errno or 0, "error")
+        what = f"cannot write {self.filename}: {self.strerror} ({name})"
+        if self.errno == errno.ENOSPC:
+            return (f"{what}; the filesystem is full (no space, or no inodes left: df -h; "
+                    f"df -i). Free space there and try again; nothing was recorded")
+        if self.errno == errno.EDQUOT:
+            return f"{what}; your disk quota is used up. Free space and try again"
+        return f"{what}; nothing was recorded"
+
+
+# Events that create a job, and so take the next job id (box jobs and Slurm jobs share ids).
+JOB_CREATING_EVENTS = ("added", "slurm_added")
+JOB_ID_RE = re.compile(r"^j[1-9][0-9]{0,17}$")
+
+
+def event_job_id(ev: Event) -> str:
+    """The id of the job an ``added``/``slurm_added`` event creates: its ``job`` field, or, for
+    an event written before ids were numbered on their own, ``j<seq>``."""
+    job = ev.get("job")
+    if job is None:
+        return "j" + str(int(ev["seq"]))
+    if not isinstance(job, str) or not JOB_ID_RE.match(job):
+        raise ValueError(f"job id {str(job)[:40]!r} is not j<number>")
+    return job
+
+
+def _last_job_number(fd: int) -> int:
+    """The number of the newest job in the file (0 when there is none).
+
+    Job ids count jobs (j1, j2, j3), not events: before, an id was the seq of its ``added``
+    event, and every job's launching/started/exited events made the ids jump j1 -> j5 -> j9.
+    Reads backwards in growing windows, as ``_last_seq_and_newline`` does.
+    """
+    size = os.fstat(fd).st_size
+    window = 8192
+    while size > 0:
+        start = max(0, size - window)
+        lines = os.pread(fd, size - start, start).split(b"\n")
+        if start > 0:
+            lines = lines[1:]
+        for raw in reversed(lines):
+            if b"added" not in raw:
+                continue
+            try:
+                ev = json.loads(raw.decode("utf-8"))
+                if ev.get("ev") in JOB_CREATING_EVENTS:
+                    return int(event_job_id(ev)[1:])
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue  # a torn or forged line names no job: look further back
+        if start == 0:
+            break
+        window *= 8
+    return 0
+
+
 class EventWriter:
     """Appends events to one queue's file; every caller on the box goes through here."""
 
@@ -143,16 +218,46 @@ class EventWriter:
             # A torn line from a killed writer: start ours on a fresh line so only the torn
             # one is lost, not ours glued onto it.
             data = b"\n" + data
-        written = os.write(self.fd, data)
-        if written != len(data):
-            raise OSError(errno.EIO, f"short write to {self.path} ({written} of {len(data)} bytes)")
-        os.fsync(self.fd)
+        size = os.fstat(self.fd).st_size
+        try:
+            written = os.write(self.fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)")
+            os.fsync(self.fd)
+        except OSError as exc:
+            # All or nothing (issue 18): a full disk (or quota) can take part of the line, or
+            # all of it with the error only at fsync. Cut the file back to what it was, so an
+            # event is either whole and reported written, or absent and reported failed:
+            # never recorded behind an error the user answers by doing it again.
+            try:
+                os.ftruncate(self.fd, size)
+            except OSError:
+                pass
+            raise WriteFailed(self.path, exc) from None
         return event
 
     def append(self, ev: str, **fields: Any) -> Event:
         self.lock()
         try:
             return self.append_locked(ev, fields)
+        finally:
+            self.unlock()
+
+    def next_job_id_locked(self) -> str:
+        """The id the next job gets; the caller holds ``lock()`` until its event is written."""
+        job_id = "j" + str(_last_job_number(self.fd) + 1)
+        if not JOB_ID_RE.match(job_id):
+            # Only a forged line can number a job this high; a job the fold would skip must
+            # not be added and answered ok.
+            raise ValueError(f"the newest job id in {self.path} is out of range; "
+                             f"nothing was added (was the file edited?)")
+        return job_id
+
+    def append_job(self, ev: str, **fields: Any) -> Event:
+        """Append an event that creates a job (``added``), with the next job id in ``job``."""
+        self.lock()
+        try:
+            return self.append_locked(ev, {**fields, "job": self.next_job_id_locked()})
         finally:
             self.unlock()
 
@@ -226,21 +331,94 @@ def read_events(qdir: str) -> Tuple[List[Event], List[str]]:
     return reader.events, reader.all_warnings()
 
 
+# ----- typed reads of event fields: a job on the box can write this file (it runs as the
+# helper's user), so a field of the wrong type is a ValueError here, and the fold skips the
+# event naming it, instead of the runner or the jump host tripping over it later.
+
+# "SIGKILL", "SIGRTMIN+3"; or a bare number for one Python cannot name (a Slurm record)
+SIGNAL_NAME_RE = re.compile(r"^(?:SIG[A-Z0-9+-]{1,12}|[0-9]{1,3})$")
+
+
+def _field(ev: Event, key: str, kinds: Any, what: str) -> Any:
+    value = ev.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise ValueError(f"{key} must be {what}")
+    if not isinstance(value, kinds):
+        raise ValueError(f"{key} must be {what}, not {type(value).__name__}")
+    return value
+
+
+def _strings(ev: Event, key: str) -> List[str]:
+    value = ev.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key} must be a list of strings")
+    return list(value)
+
+
+def _string_map(ev: Event, key: str) -> Dict[str, str]:
+    value = ev.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ValueError(f"{key} must be an object of strings")
+    return {str(k): v for k, v in value.items()}
+
+
+def _secret_refs(ev: Event) -> List[Dict[str, str]]:
+    """``secrets``: a list of {name, env, path} strings, each a pushed secret's file."""
+    value = ev.get("secrets") or []
+    if not isinstance(value, list) or not all(
+            isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("name", "env", "path"))
+            for v in value):
+        raise ValueError("secrets must be a list of {name, env, path} strings")
+    return [{k: v[k] for k in ("name", "env", "path")} for v in value]
+
+
+def exit_fields(ev: Event) -> Dict[str, Any]:
+    """``exit_code`` (an int or absent) and ``signal`` (a short name, SIGKILL) of an end event;
+    anything else raises ValueError (issue 18: they carried OSC 52 to the user's terminal)."""
+    out: Dict[str, Any] = {}
+    if "exit_code" in ev:
+        out["exit_code"] = _field(ev, "exit_code", int, "an integer")
+    if "signal" in ev:
+        sig = _field(ev, "signal", str, "a signal name")
+        if sig is not None and not SIGNAL_NAME_RE.match(sig):
+            raise ValueError(f"signal {sig[:20]!r} is not a signal name")
+        out["signal"] = sig
+    return out
+
+
+def job_ids(ev: Event, key: str) -> List[str]:
+    """A list of job ids (``after``): each one j<number>, else ValueError."""
+    ids = _strings(ev, key)
+    for job in ids:
+        if not JOB_ID_RE.match(job):
+            raise ValueError(f"{key}: {job[:40]!r} is not a job id (j<number>)")
+    return ids
+
+
 def _new_job(ev: Event) -> Dict[str, Any]:
-    job_id = "j" + str(ev["seq"])
+    job_id = event_job_id(ev)
+    argv = _strings(ev, "argv")
+    after = job_ids(ev, "after")
+    priority = int(_field(ev, "priority", int, "an integer") or 0)
+    edited_from = _field(ev, "edited_from", str, "a job id")
     return {
         "id": job_id,
-        "name": ev.get("name") or job_id,
-        "argv": list(ev.get("argv") or []),
-        "cwd": ev.get("cwd"),
-        "env": dict(ev.get("env") or {}),
-        "secrets": list(ev.get("secrets") or []),  # names and paths, never values
-        "gpus": ev.get("gpus"),
-        "vram_mib": ev.get("vram_mib"),
-        "retries": int(ev.get("retries") or 0),
+        "name": _field(ev, "name", str, "a string") or job_id,
+        "argv": argv,
+        "cwd": _field(ev, "cwd", str, "a string"),
+        "env": _string_map(ev, "env"),
+        "secrets": _secret_refs(ev),  # names and paths, never values (U34)
+        "gpus": _field(ev, "gpus", int, "an integer"),
+        "vram_mib": _field(ev, "vram_mib", (int, float), "a number"),
+        "retries": int(_field(ev, "retries", int, "an integer") or 0),
         "retry_on_exit": bool(ev.get("retry_on_exit")),
-        "outputs": list(ev.get("outputs") or []),
-        "durable_dir": ev.get("durable_dir"),
+        "outputs": _strings(ev, "outputs"),
+        "durable_dir": _field(ev, "durable_dir", str, "a string"),
+        "after": after,
+        "priority": priority,
+        "edited_from": edited_from,
         "added": ev.get("t"),
         "added_seq": ev["seq"],
         "state": "queued",
@@ -266,11 +444,10 @@ def _end_attempt(job: Dict[str, Any], ev: Event, reason: str) -> None:
     a = _attempt(job, ev.get("attempt"))
     if a is None or a["end"] is not None:
         return
+    ended = exit_fields(ev)  # typed before anything of the attempt changes
     a["end"] = ev.get("t")
     a["end_reason"] = reason
-    for key in ("exit_code", "signal"):
-        if key in ev:
-            a[key] = ev[key]
+    a.update(ended)
     if a["start"] is not None and a["end"] is not None:
         a["duration"] = round(a["end"] - a["start"], 3)
     if "duration" in ev:
@@ -295,6 +472,17 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
         else:
             order.append(job_id)
 
+    def place_by_priority(job_id: str) -> None:
+        # pueue's rule: a higher priority goes ahead of every queued job with a lower one,
+        # and behind those with the same or higher (first come, first served among equals).
+        prio = jobs[job_id]["priority"]
+        at = len(order)
+        for pos, other in enumerate(order):
+            if jobs[other]["priority"] < prio:
+                at = pos
+                break
+        order.insert(at, job_id)
+
     for ev in events:
         seq = ev["seq"]
         if seq <= last_seq:
@@ -312,15 +500,22 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 answered.add(extra)
             if kind == "added":
                 added = _new_job(ev)
+                if added["id"] in jobs:
+                    raise ValueError(f"job {added['id']} exists already")
                 jobs[added["id"]] = added
-                place(added["id"], bool(ev.get("front")))
+                if ev.get("front"):
+                    place(added["id"], True)
+                else:
+                    place_by_priority(added["id"])
                 continue
             if kind == "configured":
-                for key in DEFAULT_CONFIG:
-                    if ev.get(key) is not None:
-                        config[key] = ev[key]
+                update = {k: _field(ev, k, CONFIG_TYPES[k][0], CONFIG_TYPES[k][1])
+                          for k in DEFAULT_CONFIG}
+                config.update({k: v for k, v in update.items() if v is not None})
                 continue
             if kind in ANSWERED_REQUESTS:
+                _field(ev, "grace", (int, float), "a number")
+                _field(ev, "position", int, "an integer")
                 requests[seq] = ev
                 continue
             found = jobs.get(str(ev.get("job")))
@@ -346,9 +541,10 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                               "starttime": ev.get("starttime"), "boot_id": ev.get("boot_id")})
                 job["state"] = "running"
             elif kind == "exited":
+                ended = exit_fields(ev)
                 _end_attempt(job, ev, "exited")
-                code = ev.get("exit_code")
-                job["state"] = "succeeded" if code == 0 and not ev.get("signal") else "failed"
+                code = ended.get("exit_code")
+                job["state"] = "succeeded" if code == 0 and not ended.get("signal") else "failed"
                 job["kill_pending"] = False
                 if ev.get("sync"):
                     job["sync"] = {"state": "pending"}
@@ -362,7 +558,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 _end_attempt(job, ev, kind)
                 job["state"] = "failed"
                 job["reason"] = ev.get("why") or kind
-            elif kind == "unschedulable":
+            elif kind in ("unschedulable", "dependency_failed"):
                 if job["id"] in order:
                     order.remove(job["id"])
                 job["state"] = "failed"

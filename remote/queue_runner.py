@@ -35,13 +35,16 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, secrets, selfhash
+from . import hostinfo, secrets, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
+    DEPENDENCY_FAILED_STATES,
+    PAUSED_WAIT,
     EventReader,
     EventWriter,
     State,
+    WriteFailed,
     current_attempt,
     fold,
     iter_active,
@@ -55,6 +58,7 @@ POLL_S = 0.2  # bounded sleep between ticks: requests and exits are seen within 
 LOCK_RETRY_S = 1.0  # a status probe holds runner.lock (shared) for microseconds
 GPU_INVENTORY_TTL_S = 2.0  # NVML is not free; ask at most this often
 STATUS_EVERY_S = 2.0
+MAX_BACKOFF_S = 5.0  # a failing tick (a full disk) is retried at least this often
 KILL_REAP_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
 
 
@@ -237,8 +241,11 @@ def gpu_inventory(session: _Session) -> Tuple[List[int], Dict[int, List[int]]]:
             continue
         idx = int(gpu.get("index", pos))
         indices.append(idx)
+        # A display process (type G: Xorg, gnome-shell) shares every card of a desktop box;
+        # it is not a run a job would collide with (GEN7).
         holders[idx] = [int(p["pid"]) for p in gpu.get("processes") or []
-                        if isinstance(p, dict) and p.get("pid") is not None]
+                        if isinstance(p, dict) and p.get("pid") is not None
+                        and not vram.display_only(p.get("type"))]
     for holder in doc.get("vram_holders") or []:
         # U11: a process holding /dev/nvidiaN that NVML does not list. Only a numbered node
         # names a card; one holding just nvidiactl/nvidia-uvm cannot be placed.
@@ -302,11 +309,17 @@ def checked_sync(cwd: str, patterns: List[str], dest_root: str) -> Dict[str, Any
 
 def _atomic_json(path: str, doc: Dict[str, Any]) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        # A full disk: no empty temporary file left behind to eat an inode per try.
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _read_json(path: str) -> Optional[Dict[str, Any]]:
@@ -348,8 +361,13 @@ def exec_main(argv: List[str]) -> int:
     fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until this process exits
     if os.path.exists(args.files + ".abandoned"):
         return 0  # a newer runner gave this launch up before we got here: never run it
-    _atomic_json(args.files + ".pid", {"pid": os.getpid(), "starttime":
-                                      proc_starttime(os.getpid()), "t": time.time()})
+    try:
+        _atomic_json(args.files + ".pid", {"pid": os.getpid(), "starttime":
+                                          proc_starttime(os.getpid()), "t": time.time()})
+    except OSError as exc:
+        # A full disk. The runner that spawned us knows our pid (and records it), and the
+        # lock we hold says we run: the job runs, rather than fail as if it had (exit 1).
+        _say(f"gpuroom: cannot write {args.files}.pid ({exc}); running the job anyway")
 
     def ignore(signum: int, frame: Any) -> None:
         return None  # the group signal reaches the job itself; we stay to record its status
@@ -370,10 +388,23 @@ def exec_main(argv: List[str]) -> int:
     rc = child.wait()
     end = time.time()
     status = {"exit_code": rc if rc >= 0 else None,
-              "signal": signal.Signals(-rc).name if rc < 0 else None,
+              "signal": signal_name(-rc) if rc < 0 else None,
               "end": end, "duration": round(end - started, 3), "child_pid": child.pid}
-    _atomic_json(args.files + ".exit", status)
+    try:
+        _atomic_json(args.files + ".exit", status)
+    except OSError as exc:
+        # A full disk: the runner, our parent, reads the job's code from our own exit status.
+        _say(f"gpuroom: cannot record the exit status ({exc})")
     return rc if rc >= 0 else 128 - rc
+
+
+def _say(line: str) -> None:
+    """One line to the job's log, which may be on the full disk itself."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- the runner
@@ -436,14 +467,20 @@ class Runner:
         self.syncing: Dict[str, threading.Thread] = {}
         self.sync_results: queue_mod.Queue[Tuple[str, Dict[str, Any]]] = queue_mod.Queue()
         self.blocked: Dict[str, str] = {}
+        # The last tick's failure, until a tick succeeds; whether it was a full disk (quota).
+        self.failure: Optional[str] = None
+        self.failure_is_disk = False
         self.last_status = 0.0
         self.started_at = time.time()
 
     # ----- plumbing
     def log(self, msg: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        sys.stderr.write(f"{stamp} runner[{os.getpid()}] {msg}\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(f"{stamp} runner[{os.getpid()}] {msg}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # runner.log on a full disk: the status file says what matters
 
     def refresh(self) -> None:
         self.reader.refresh()
@@ -496,17 +533,27 @@ class Runner:
         if not force and now - self.last_status < STATUS_EVERY_S:
             return
         self.last_status = now
-        _atomic_json(os.path.join(self.qdir, RUNNER_STATUS), {
-            "pid": os.getpid(), "boot_id": self.boot_id, "started": self.started_at,
-            "heartbeat": now, "blocked": dict(self.blocked),
-            "active": sorted(self.active),
-        })
+        doc = {"pid": os.getpid(), "boot_id": self.boot_id, "started": self.started_at,
+               "heartbeat": now, "blocked": dict(self.blocked), "active": sorted(self.active),
+               # A full disk is the doctor's U7; anything else, said as the runner's error.
+               "write_error": self.failure if self.failure_is_disk else None,
+               "error": None if self.failure_is_disk else self.failure}
+        path = os.path.join(self.qdir, RUNNER_STATUS)
+        try:
+            _atomic_json(path, doc)
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            # A full disk or inode table refuses the temporary file; the status is how the
+            # user learns of it, so it is rewritten in place, in the blocks it already has.
+            doc["write_error"] = doc["write_error"] or _describe(exc)
+            _rewrite_in_place(path, doc)
 
     # ----- recovery (GEN6)
     def recover(self) -> None:
         for job in list(iter_active(self.state)):
             attempt = current_attempt(job)
-            if attempt is None:
+            if attempt is None or job["id"] in self.active:
                 continue
             self.recover_one(job, attempt)
 
@@ -657,41 +704,56 @@ class Runner:
     # ----- watching running attempts
     def check_active(self) -> None:
         for job_id, act in list(self.active.items()):
-            ended = act.wrapper_ended()
-            if act.kill_deadline is not None:
-                if not ended or act.group_alive():
-                    now = time.monotonic()
-                    if act.kill_sent == "SIGTERM" and now >= act.kill_deadline:
-                        self.log(f"kill {job_id}: grace over, SIGKILL to group {act.pid}")
-                        act.kill_sent = "SIGKILL"
-                        act.kill_reap_deadline = now + KILL_REAP_S
-                        act.signal_group(signal.SIGKILL)
-                    if act.kill_reap_deadline is None or now < act.kill_reap_deadline:
-                        continue
-                kill_status = _read_json(act.files.exit) or {}
-                if not kill_status and act.popen is not None and act.popen.returncode is not None:
-                    kill_status = _status_from_returncode(act.popen.returncode)
-                del self.active[job_id]
-                self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
-                          attempt=act.attempt, sent=act.kill_sent,
-                          exit_code=kill_status.get("exit_code"),
-                          signal=kill_status.get("signal"),
-                          duration=round(time.time() - act.start, 3))
-                continue
-            if not ended:
-                continue
+            try:
+                self.check_one(job_id, act)
+            except Exception:
+                # Its end could not be recorded (a full disk): watched again next tick, unless
+                # the end did reach the file before what failed (a retry's requeue).
+                self.refresh()
+                job = self.state["jobs"].get(job_id)
+                last = current_attempt(job) if job is not None else None
+                if last is not None and last.get("attempt") == act.attempt \
+                        and last.get("end") is None:
+                    self.active[job_id] = act
+                raise
+
+    def check_one(self, job_id: str, act: Active) -> None:
+        """One watched attempt: signals of a kill in progress, its end recorded."""
+        ended = act.wrapper_ended()
+        if act.kill_deadline is not None:
+            if not ended or act.group_alive():
+                now = time.monotonic()
+                if act.kill_sent == "SIGTERM" and now >= act.kill_deadline:
+                    self.log(f"kill {job_id}: grace over, SIGKILL to group {act.pid}")
+                    act.kill_sent = "SIGKILL"
+                    act.kill_reap_deadline = now + KILL_REAP_S
+                    act.signal_group(signal.SIGKILL)
+                if act.kill_reap_deadline is None or now < act.kill_reap_deadline:
+                    return
+            kill_status = _read_json(act.files.exit) or {}
+            if not kill_status and act.popen is not None and act.popen.returncode is not None:
+                kill_status = _status_from_returncode(act.popen.returncode)
             del self.active[job_id]
-            status = _read_json(act.files.exit)
-            if status is None and act.popen is not None:
-                # The wrapper itself died by a signal before writing the status.
-                status = _status_from_returncode(act.popen.returncode or 0)
-                status["end"] = time.time()
-            if status is None:
-                self.emit("vanished", job=job_id, attempt=act.attempt,
-                          why="wrapper ended without an exit status")
-                self.maybe_retry(job_id, "vanished", signal_death=True)
-                continue
-            self.record_exit(job_id, act.attempt, status, act.start)
+            self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
+                      attempt=act.attempt, sent=act.kill_sent,
+                      exit_code=kill_status.get("exit_code"),
+                      signal=kill_status.get("signal"),
+                      duration=round(time.time() - act.start, 3))
+            return
+        if not ended:
+            return
+        del self.active[job_id]
+        status = _read_json(act.files.exit)
+        if status is None and act.popen is not None:
+            # The wrapper itself died by a signal before writing the status.
+            status = _status_from_returncode(act.popen.returncode or 0)
+            status["end"] = time.time()
+        if status is None:
+            self.emit("vanished", job=job_id, attempt=act.attempt,
+                      why="wrapper ended without an exit status")
+            self.maybe_retry(job_id, "vanished", signal_death=True)
+            return
+        self.record_exit(job_id, act.attempt, status, act.start)
 
     # ----- syncs
     def handle_syncs(self) -> None:
@@ -734,10 +796,21 @@ class Runner:
         return {act.pid: job_id for job_id, act in self.active.items()}
 
     def launch_ready(self) -> None:
-        slots = max(1, int(self.config("slots")))
+        """Launch what can run; every queued job left waiting gets its reason in
+        ``self.blocked`` (runner.json), which ``queue ls`` and the room show (issue 17)."""
         self.blocked = {}
-        for job_id in list(self.state["order"]):
+        order = self.dependencies_met(list(self.state["order"]))
+        if self.config("paused"):
+            for job_id in order:
+                self.blocked[job_id] = PAUSED_WAIT
+            return
+        slots = self.slots()
+        for pos, job_id in enumerate(order):
             if len(self.active) >= slots:
+                running = ", ".join(sorted(self.active))
+                for later in order[pos:]:
+                    self.blocked[later] = f"waiting for a slot ({slots} of {slots} in use: " \
+                        f"{running})"
                 return
             job = self.state["jobs"][job_id]
             want = job.get("gpus")
@@ -757,21 +830,61 @@ class Runner:
             ours = self.our_sessions()
             busy = {g for act in self.active.values() for g in act.gpus}
             free = []
+            held = []
             for idx in indices:
                 if idx in busy:
                     continue
                 foreign = [p for p in holders.get(idx, []) if proc_session(p) not in ours]
                 if foreign:
                     pids = ",".join(str(p) for p in foreign[:4])
-                    self.blocked[job_id] = f"GPU {idx} held by foreign pid {pids} (GEN7)"
+                    held.append(f"GPU {idx} held by pid {pids} (GEN7)")
                     continue
                 free.append(idx)
             if len(free) < need:
                 # Head of line waits: a later job never overtakes a job that needs more GPUs.
-                self.blocked.setdefault(job_id, f"waiting for {need} free GPU(s)")
+                # What the user acts on first: the pid holding the card.
+                why = f"wants {need} GPU(s), {len(free)} free"
+                self.blocked[job_id] = f"{'; '.join(held)}; {why}" if held else \
+                    f"waiting for GPUs: {why}"
+                for later in order[pos + 1:]:
+                    self.blocked[later] = f"waiting behind {job_id}"
                 return
             pick = free[:need]
             self.launch(job, pick, ",".join(str(g) for g in pick))
+
+    def slots(self) -> int:
+        """Jobs at once: the configured number, else one per GPU (1 on a CPU box)."""
+        configured = int(self.config("slots") or 0)
+        if configured > 0:
+            return configured
+        return max(1, len(self.inventory()[0]))
+
+    def dependencies_met(self, order: List[str]) -> List[str]:
+        """The queued jobs whose ``after`` jobs all succeeded, in order. One that waits says
+        for which job; one whose dependency failed, was killed or removed fails with that
+        reason (pueue's rule), and so do the jobs waiting for it, tick by tick."""
+        ready = []
+        for job_id in order:
+            job = self.state["jobs"][job_id]
+            waiting: List[str] = []
+            failed: Optional[str] = None
+            for dep in job.get("after") or []:
+                other = self.state["jobs"].get(dep)
+                if other is None:
+                    failed = f"dependency {dep} does not exist"
+                elif other["state"] in DEPENDENCY_FAILED_STATES:
+                    failed = f"dependency {dep} {other['state']}"
+                elif other["state"] != "succeeded":
+                    waiting.append(dep)
+                if failed:
+                    break
+            if failed:
+                self.emit("dependency_failed", job=job_id, why=failed)
+            elif waiting:
+                self.blocked[job_id] = f"waiting for {', '.join(waiting)} (dependency)"
+            else:
+                ready.append(job_id)
+        return ready
 
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
@@ -813,23 +926,75 @@ class Runner:
 
     # ----- main loop
     def has_work(self) -> bool:
-        return bool(self.active or self.state["order"] or self.state["pending_requests"]
+        # A paused queue's waiting jobs are no work: its runner may leave when idle, and
+        # `queue resume` starts one again.
+        waiting = self.state["order"] and not self.config("paused")
+        return bool(self.active or waiting or self.state["pending_requests"]
                     or self.syncing or any(
                         (j.get("sync") or {}).get("state") == "pending"
                         for j in self.state["jobs"].values()))
+
+    def still_ours(self) -> bool:
+        """Whether the queue's lock and events file at their paths are still the files this
+        runner holds. A queue directory deleted and made again (by hand, or a box's reset)
+        would otherwise leave this runner reading the new queue by path while it writes into
+        the deleted file: a second runner, launching every job a second time, unrecorded."""
+        try:
+            lock = os.stat(os.path.join(self.qdir, RUNNER_LOCK)).st_ino
+            events = os.stat(self.writer.path).st_ino
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # in doubt, stay: leaving strands the queue until the next add
+        return lock == os.fstat(self.lock_fd).st_ino and events == os.fstat(self.writer.fd).st_ino
+
+    def tick(self) -> None:
+        if self.failure is not None:
+            # A write failed mid-tick (an event cut back): what it left half-recorded (a
+            # launch without its "started", an exit not recorded) is picked up the way a new
+            # runner picks up after a crash, for the jobs this runner does not watch.
+            self.refresh()
+            self.recover()
+        self.refresh()
+        self.handle_requests()
+        self.check_active()
+        self.handle_syncs()
+        self.launch_ready()
+        self.write_status(force=self.failure is not None)
 
     def run(self) -> int:
         self.refresh()
         self.log(f"runner for queue {self.queue} (boot {self.boot_id}) up")
         self.recover()
         idle_since: Optional[float] = None
+        backoff = self.poll_s
         while True:
-            self.refresh()
-            self.handle_requests()
-            self.check_active()
-            self.handle_syncs()
-            self.launch_ready()
-            self.write_status()
+            if not self.still_ours():
+                self.log(f"{self.qdir} was replaced: this runner is not its runner any more; "
+                         "exiting (jobs it started keep running)")
+                return 0
+            try:
+                self.tick()
+                if self.failure is not None:
+                    self.log("ticks work again")
+                    self.failure, self.failure_is_disk = None, False
+                    self.write_status(force=True)
+                backoff = self.poll_s
+            except Exception as exc:  # the runner is the queue: it never dies
+                # (issue 18) A full disk, or anything a job wrote into the queue's files that
+                # got past the fold: said in runner.json and the log, retried with a backoff.
+                why = _describe(exc)
+                if why != self.failure:
+                    self.log(f"tick failed, retrying with a backoff: {why}")
+                self.failure = why
+                self.failure_is_disk = _disk_full(exc)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                try:
+                    self.write_status(force=True)
+                except Exception:  # nothing more to tell it with
+                    pass
+                time.sleep(backoff)
+                continue
             if self.has_work():
                 idle_since = None
             else:
@@ -851,16 +1016,52 @@ class Runner:
             if self.has_work():
                 return False
             self.log(f"queue idle for {self.idle_exit_s():.1f}s: exiting")
-            self.write_status(force=True)
+            try:
+                self.write_status(force=True)
+            except OSError:
+                pass  # leaving anyway: the lock, not this file, says whether a runner lives
             fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
             return True
         finally:
             self.writer.unlock()
 
 
+def signal_name(number: int) -> str:
+    """"SIGKILL"; the number itself for a signal Python has no name for (SIGRTMIN+2 is 36,
+    and ``signal.Signals(36)`` raises, which took the wrapper down with the job's status)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, WriteFailed):
+        return exc.describe()
+    if _disk_full(exc):
+        assert isinstance(exc, OSError)
+        return (f"{exc.filename or 'a queue file'}: {exc.strerror} "
+                f"({errno.errorcode.get(exc.errno or 0, '')}); free space (df -h; df -i)")
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _rewrite_in_place(path: str, doc: Dict[str, Any]) -> None:
+    data = json.dumps(doc).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
 def _status_from_returncode(rc: int) -> Dict[str, Any]:
     if rc < 0:
-        return {"exit_code": None, "signal": signal.Signals(-rc).name}
+        return {"exit_code": None, "signal": signal_name(-rc)}
     return {"exit_code": rc, "signal": None}
 
 

@@ -3,7 +3,8 @@
 One queue model: a Slurm job lives in the same ``events.jsonl`` with the same ``jN`` ids and
 log path (``logs/jN.log``) as a box job, and ``queue ls``, the probe section and the room show
 the same record with extra fields (slurm_id, slurm_state, reason, node, elapsed_s,
-time_limit_s, time_left_s, end_time, restarts). What differs is who runs it:
+time_limit_s, time_left_s, end_time, restarts; expected_start and nodes from squeue's %S
+and %D; an array's spec and its tasks). What differs is who runs it:
 
 - ``add`` writes ``slurm/jN.sbatch`` once and submits it with ``sbatch --parsable``;
   ``relaunch`` submits that identical file again (a new attempt, same checkpoint dir);
@@ -60,7 +61,9 @@ DEFAULT_MAX_REQUEUES = 20  # a job that never finishes must not requeue forever
 CMD_TIMEOUT_S = 20.0
 KILL_WAIT_S = 60.0  # scancel -> gone from squeue: KillWait (default 30 s) and some slack
 RUN_RECORDS_MAX = 200
-SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%L"
+# %S: the start time; for a pending job the scheduler's expected start, what `squeue --start`
+# shows (N/A until the backfill scheduler has one). %D: the job's node count.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%l|%L|%S|%D"
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,Timelimit,End"
 
 # Slurm job states -> the queue's states.
@@ -82,6 +85,10 @@ STATE_REASONS = {
 }
 
 _TIME_RE = re.compile(r"^\d+([:-]\d+){0,3}$")
+# sbatch --array: indices, ranges with a step, a list of them, then %N (N tasks at a time).
+_ARRAY_RE = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
+# An array task's gpuroom id: task 3 of array job j5 is j5_3 (its log is logs/j5_3.log).
+_TASK_ID_RE = re.compile(r"^(j\d+)_(\d+)$")
 _SAFE_DIRECTIVE = re.compile(r"^[^\s'\"\\#]+$")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -123,11 +130,16 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     for ev in events:
         kind = ev.get("ev")
         if kind == "slurm_added":
-            added = _new_job(ev)
+            try:
+                added = _new_job(ev)
+            except (ValueError, TypeError, KeyError):
+                continue  # a forged line (jobs run as the helper's user) names no job
             added.update({"backend": BACKEND, "position": None, "slurm_id": None,
                         "slurm_state": None, "node": None, "elapsed_s": None,
                         "time_limit_s": parse_slurm_duration(str(ev.get("time") or "")),
                         "time_left_s": None, "end_time": None, "restarts": 0,
+                        "expected_start": None, "nodes": None,
+                        "array": ev.get("array"), "tasks": [],
                         "signal_lead_s": ev.get("signal_lead_s"), "time": ev.get("time"),
                         "cpus_per_task": ev.get("cpus_per_task"), "script": ev.get("script"),
                         "ckpt_dir": ev.get("ckpt_dir"), "exit_code": None})
@@ -143,7 +155,8 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             job["attempts"].append({
                 "attempt": ev.get("attempt"), "slurm_id": ev.get("slurm_id"),
                 "submitted": ev.get("t"), "start": None, "end": None, "exit_code": None,
-                "signal": None, "duration": None, "end_reason": None, "runs": []})
+                "signal": None, "duration": None, "end_reason": None, "runs": [],
+                "task": ev.get("task")})  # an array task relaunched alone: its index
         elif kind == "slurm_submit_failed":
             job["state"], job["reason"] = "failed", ev.get("why")
         elif kind == "slurm_final":
@@ -158,6 +171,8 @@ def fold_slurm(events: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
             _apply_final(job, ev.get("state"), ev.get("exit_code"), ev.get("reason"))
             job["node"] = ev.get("node") or job["node"]
             job["elapsed_s"] = ev.get("elapsed_s")
+            if ev.get("tasks") is not None:
+                job["tasks"] = ev["tasks"]
         elif kind == "slurm_removed":
             job["state"] = "removed"
     return jobs
@@ -174,7 +189,7 @@ def _attempt_of(job: Dict[str, Any], slurm_id: Any) -> Optional[Dict[str, Any]]:
 def _apply_final(job: Dict[str, Any], state: Any, exit_code: Any, reason: Any) -> None:
     state = str(state or "")
     job["slurm_state"], job["exit_code"] = state, exit_code
-    job["time_left_s"], job["end_time"] = None, None
+    job["time_left_s"], job["end_time"], job["expected_start"] = None, None, None
     if state == "CANCELLED":
         job["state"] = "killed"
     elif state == "COMPLETED" and not exit_code:
@@ -219,7 +234,8 @@ def squeue_rows(ids: List[str], env: Dict[str, str]) -> Dict[str, Dict[str, Any]
     """Jobs still in Slurm's queue (pending, running, completing), by Slurm id."""
     if not ids:
         return {}
-    rc, out, err = _run(["squeue", "--noheader", "--jobs=" + ",".join(ids),
+    # --array: every array task on its own row ("123_4"), pending ones too.
+    rc, out, err = _run(["squeue", "--noheader", "--array", "--jobs=" + ",".join(ids),
                          "--format=" + SQUEUE_FORMAT], env)
     if rc != 0:
         if "Invalid job id" in err:
@@ -319,17 +335,25 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
                  if j["slurm_id"] and j["state"] in LIVE_STATES}
     live: Dict[str, Dict[str, Any]] = {}
     ended: Dict[str, Dict[str, Any]] = {}
+    arrays = {i for i, j in open_jobs.items() if j.get("array")}
+    # An array's tasks relaunched alone live under their own array ids: ask for those too.
+    ids = set(open_jobs) | {a for i in arrays for a in array_ids(open_jobs[i])}
     try:
-        live = squeue_rows(sorted(open_jobs), env)
-        gone = [i for i in sorted(open_jobs) if i not in live]
+        live = squeue_rows(sorted(ids), env)
+        gone = [i for i in sorted(open_jobs) if i not in live and i not in arrays]
         ended = final_states(gone, env)
+        for slurm_id in sorted(arrays):
+            ended.update(_array_refresh(open_jobs[slurm_id], live, env, now))
     except SlurmError as exc:
         warnings.append(str(exc))
     finals = []
     for slurm_id, job in open_jobs.items():
         row = live.get(slurm_id)
         attempt = job["attempts"][-1] if job["attempts"] else None
-        if row is not None:
+        if slurm_id in arrays:
+            if slurm_id in ended:
+                finals.append((job, attempt, ended[slurm_id]))
+        elif row is not None:
             _apply_live(job, attempt, row, now)
         elif slurm_id in ended:
             finals.append((job, attempt, ended[slurm_id]))
@@ -345,10 +369,11 @@ def refresh(qdir: str, events: List[Dict[str, Any]],
                 code = doc.get("exit_code")
                 if runs and runs[-1].get("exit_code") is not None and doc["state"] != "CANCELLED":
                     code = runs[-1]["exit_code"]  # the job's own code, as the script saw it
+                extra = {"tasks": doc["tasks"]} if doc.get("tasks") is not None else {}
                 ev = writer.append("slurm_final", job=job["id"], slurm_id=job["slurm_id"],
                                    state=doc["state"], exit_code=code, signal=doc.get("signal"),
                                    elapsed_s=doc.get("elapsed_s"), node=doc.get("node"),
-                                   source=doc.get("source"), end=time.time())
+                                   source=doc.get("source"), end=time.time(), **extra)
                 events.append(ev)
         finally:
             writer.close()
@@ -385,6 +410,8 @@ def _apply_live(job: Dict[str, Any], attempt: Optional[Dict[str, Any]], row: Dic
     reason = row.get("r")
     job["reason"] = None if reason in (None, "None") else reason
     job["node"] = row.get("N")
+    nodes = row.get("D") or ""
+    job["nodes"] = int(nodes) if nodes.isdigit() else None
     job["elapsed_s"] = parse_slurm_duration(row.get("M") or "")
     limit = parse_slurm_duration(row.get("l") or "")
     job["time_limit_s"] = limit if limit is not None else job["time_limit_s"]
@@ -398,6 +425,150 @@ def _apply_live(job: Dict[str, Any], attempt: Optional[Dict[str, Any]], row: Dic
     else:
         job["state"] = "queued"
         job["time_left_s"], job["end_time"] = None, None
+    job["expected_start"] = (_squeue_time(row.get("S") or "")
+                             if job["state"] == "queued" else None)
+
+
+def _squeue_time(text: str) -> Optional[float]:
+    """squeue's "2026-11-24T12:30:00" (the login node's local time) -> epoch; None for N/A,
+    Unknown or anything else."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+# ---------------------------------------------------------------- job arrays
+
+def _task(job: Dict[str, Any], task_slurm_id: str) -> Dict[str, Any]:
+    index = task_slurm_id.rpartition("_")[2]
+    task_id = f"{job['id']}_{index}"
+    return {"id": task_id, "task": index, "slurm_id": task_slurm_id, "state": "queued",
+            "slurm_state": None, "reason": None, "node": None, "nodes": None,
+            "elapsed_s": None, "exit_code": None, "expected_start": None,
+            "time_limit_s": job.get("time_limit_s"), "time_left_s": None, "end_time": None,
+            "log": os.path.join("logs", f"{task_id}.log")}
+
+
+def _array_tasks_scontrol(slurm_id: str, env: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+    """Every task the controller still remembers of array ``slurm_id`` (ended ones too),
+    by "123_4", as scontrol's fields."""
+    rc, out, _ = _run(["scontrol", "show", "job", "--oneliner", slurm_id], env)
+    if rc != 0:
+        return {}
+    tasks = {}
+    for line in out.splitlines():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        index = fields.get("ArrayTaskId", "")
+        if fields.get("ArrayJobId") == slurm_id and index.isdigit():
+            tasks[f"{slurm_id}_{index}"] = fields
+    return tasks
+
+
+def array_ids(job: Dict[str, Any]) -> List[str]:
+    """The Slurm array ids holding the job's current tasks, oldest first: the last whole-array
+    submission and every task relaunched alone after it."""
+    ids: List[str] = []
+    for attempt in job["attempts"]:
+        if not attempt.get("slurm_id"):
+            continue
+        if attempt.get("task") is None:
+            ids = []
+        ids.append(str(attempt["slurm_id"]))
+    return ids
+
+
+def _array_refresh(job: Dict[str, Any], live: Dict[str, Dict[str, Any]], env: Dict[str, str],
+                   now: float) -> Dict[str, Dict[str, Any]]:
+    """Fill an array job's ``tasks`` (live ones from squeue, ended ones from scontrol, a task
+    relaunched alone from its own array) and its state; when no task is left in the queue,
+    its final verdict by the job's current Slurm id."""
+    slurm_id = str(job["slurm_id"])
+    by_index: Dict[str, Dict[str, Any]] = {str(t.get("task")): t for t in job["tasks"]}
+    rows: Dict[str, Dict[str, Any]] = {}
+    for array_id in array_ids(job):
+        prefix = array_id + "_"
+        mine = {k: r for k, r in live.items() if k.startswith(prefix)
+                and k[len(prefix):].isdigit()}
+        rows.update(mine)
+        known = _array_tasks_scontrol(array_id, env)
+        for task_id in sorted(set(mine) | set(known)):
+            by_index[task_id.rpartition("_")[2]] = _task_now(job, task_id, mine, known, now)
+    tasks = [by_index[i] for i in sorted(by_index, key=lambda i: int(i) if i.isdigit() else -1)]
+    _array_state(job, tasks)
+    states = [t["state"] for t in tasks]
+    if not tasks:
+        # Gone from squeue and forgotten by the controller (MinJobAge): accounting or the
+        # jobcomp file has the array's own end, without its tasks.
+        return final_states([slurm_id], env)
+    if rows or any(s in LIVE_STATES for s in states):
+        return {}
+    return {slurm_id: _array_final(tasks)}
+
+
+def _task_now(job: Dict[str, Any], task_id: str, rows: Dict[str, Dict[str, Any]],
+              known: Dict[str, Dict[str, str]], now: float) -> Dict[str, Any]:
+    """One task as squeue (while queued or running) or scontrol (after) says."""
+    task = _task(job, task_id)
+    if task_id in rows:
+        _apply_live(task, None, rows[task_id], now)
+        return task
+    fields = known[task_id]
+    state = fields.get("JobState", "")
+    code, sig = _exit_pair(fields.get("ExitCode"))
+    if state in FINAL_SLURM_STATES:
+        _apply_final(task, state, code, None)
+    else:
+        task["slurm_state"], task["state"] = state or None, "queued"
+    node = fields.get("NodeList")
+    task["node"] = None if node in (None, "(null)") else node
+    task["elapsed_s"] = parse_slurm_duration(fields.get("RunTime", ""))
+    task["signal"] = sig
+    return task
+
+
+def _array_state(job: Dict[str, Any], tasks: List[Dict[str, Any]]) -> None:
+    """The array's row from its tasks: running while one runs, else queued while one waits."""
+    job["tasks"] = tasks
+    states = [t["state"] for t in tasks]
+    if "running" in states:
+        job["state"], job["slurm_state"] = "running", "RUNNING"
+    elif "queued" in states or not tasks:
+        job["state"], job["slurm_state"] = "queued", "PENDING"
+    running = [t for t in tasks if t["state"] == "running"]
+    job["node"] = ",".join(sorted({str(t["node"]) for t in running if t["node"]})) or None
+    pending = [t for t in tasks if t["state"] == "queued"]
+    job["reason"] = pending[0]["reason"] if pending and not running else None
+    job["expected_start"] = min([t["expected_start"] for t in pending
+                                 if t["expected_start"] is not None] or [None]) \
+        if pending and not running else None
+
+
+def _array_final(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One verdict for the whole array: COMPLETED when every task completed with exit 0,
+    CANCELLED when one was cancelled, else the first failed task's state and code."""
+    slurm_states = [t["slurm_state"] for t in tasks]
+    bad = [t for t in tasks if t["slurm_state"] != "COMPLETED" or t["exit_code"]]
+    if not bad:
+        state, code = "COMPLETED", 0
+    elif "CANCELLED" in slurm_states:
+        state, code = "CANCELLED", None
+    else:
+        state, code = bad[0]["slurm_state"] or "FAILED", bad[0]["exit_code"]
+    return {"state": state, "exit_code": code, "signal": None, "source": "scontrol",
+            "elapsed_s": max([t["elapsed_s"] or 0 for t in tasks] or [0]),
+            "node": None, "tasks": tasks}
+
+
+def task_of(root: str, queue: str, job_id: str) -> Optional[Tuple[Dict[str, Any], str]]:
+    """("j5_3") -> (array job j5's record, task "3"); None for anything else."""
+    m = _TASK_ID_RE.match(job_id)
+    if m is None:
+        return None
+    job = find_job(root, queue, m.group(1))
+    if job is None or not job.get("array"):
+        return None
+    return job, m.group(2)
 
 
 # ---------------------------------------------------------------- the batch script
@@ -413,7 +584,8 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
                   log: str, runs_dir: str, ckpt_dir: str, pythonpath: str,
                   name: Optional[str], time_limit: Optional[str], signal_lead_s: int,
                   cpus_per_task: Optional[int], gpus: Optional[int],
-                  partition: Optional[str], max_requeues: int = DEFAULT_MAX_REQUEUES) -> str:
+                  partition: Optional[str], max_requeues: int = DEFAULT_MAX_REQUEUES,
+                  array: Optional[str] = None) -> str:
     """The sbatch script of one job; every shell word is quoted on its own (shlex.quote)."""
     q = shlex.quote
     job_name = _NAME_BAD.sub("_", name or job_id)[:64] or job_id
@@ -430,6 +602,11 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
         lines.append(f"#SBATCH --gres=gpu:{int(gpus)}")
     if partition:
         lines.append(f"#SBATCH --partition={_directive_value('partition', partition)}")
+    if array:
+        if not _ARRAY_RE.match(array):
+            raise SlurmError(f"--array {array!r}: use Slurm's forms (0-9, 1,3,5, 0-15:4, "
+                             f"with %N to run N at a time)")
+        lines.append(f"#SBATCH --array={array}")
     lines += [
         f"# Written by gpuroom for queue {queue} job {job_id}; `queue relaunch` submits this",
         "# file again unchanged. The warning signal reaches only this shell: it is forwarded",
@@ -444,6 +621,12 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
         '  export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"',
         "fi",
     ]
+    if array:
+        lines += [  # each task its own ids: j5_3 and its log logs/j5_3.log (%a in --output)
+            'if [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then',
+            f'  export GPUROOM_JOB_ID={q(job_id)}"_$SLURM_ARRAY_TASK_ID"',
+            "fi",
+        ]
     for key, value in sorted(env.items()):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise SlurmError(f"environment name {key!r} is not a shell variable name")
@@ -454,8 +637,8 @@ def render_script(job_id: str, queue: str, *, argv: List[str], cwd: str, env: Di
     lines += [
         'restart="${SLURM_RESTART_COUNT:-0}"',
         "started=$(date +%s)",
-        f'echo "=== gpuroom {job_id} slurm ${{SLURM_JOB_ID}} run ${{restart}} '
-        f'$(date +%Y-%m-%dT%H:%M:%S%z) node $(hostname) ==="',
+        'echo "=== gpuroom ${GPUROOM_JOB_ID} slurm ${SLURM_JOB_ID} run ${restart} '
+        '$(date +%Y-%m-%dT%H:%M:%S%z) node $(hostname) ==="',
         f"cd -- {q(cwd)} || exit 111",
         "warned=0",
         "child=",
@@ -502,17 +685,21 @@ def _write_atomic(path: str, text: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _submit(qdir: str, job: Dict[str, Any], env: Dict[str, str],
-            writer: EventWriter) -> Dict[str, Any]:
+def _submit(qdir: str, job: Dict[str, Any], env: Dict[str, str], writer: EventWriter,
+            task: Optional[str] = None) -> Dict[str, Any]:
+    """sbatch the job's script; ``task``: only that index of its array (the command line's
+    --array overrides the script's)."""
     script = os.path.join(qdir, str(job["script"]))
-    rc, out, err = _run(["sbatch", "--parsable", script], env)
+    only = [f"--array={task}"] if task is not None else []
+    rc, out, err = _run(["sbatch", "--parsable", *only, script], env)
     slurm_id = out.strip().split(";")[0] if rc == 0 else ""
     if rc != 0 or not slurm_id.isdigit():
         why = f"sbatch failed (exit {rc}): {(err or out).strip()[-300:]}"
         writer.append("slurm_submit_failed", job=job["id"], why=why)
         return {"ok": False, "job": job["id"], "error": why}
     attempt = len(job["attempts"]) + 1
-    writer.append("slurm_submitted", job=job["id"], attempt=attempt, slurm_id=slurm_id)
+    writer.append("slurm_submitted", job=job["id"], attempt=attempt, slurm_id=slurm_id,
+                  **({"task": task} if task is not None else {}))
     return {"ok": True, "job": job["id"], "slurm_id": slurm_id, "attempt": attempt}
 
 
@@ -525,8 +712,12 @@ def _read(qdir: str) -> List[Dict[str, Any]]:
 def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str],
         name: Optional[str], gpus: Optional[int], durable_dir: Optional[str],
         time_limit: Optional[str], signal_lead_s: Optional[int],
-        cpus_per_task: Optional[int], partition: Optional[str]) -> Dict[str, Any]:
+        cpus_per_task: Optional[int], partition: Optional[str],
+        array: Optional[str] = None) -> Dict[str, Any]:
     qdir = queue_dir(root, queue)
+    if array is not None and not _ARRAY_RE.match(array):
+        raise SlurmError(f"--array {array!r}: use Slurm's forms (0-9, 1,3,5, 0-15:4, with %N "
+                         f"to run N at a time)")
     config = slurm_config(_read(qdir)) if os.path.exists(qdir) else slurm_config([])
     time_limit = time_limit or config.get("time")
     if time_limit and not _TIME_RE.match(time_limit):
@@ -542,17 +733,19 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
         os.makedirs(os.path.join(qdir, sub), exist_ok=True)
     writer = EventWriter(qdir)
     try:
-        # The id is the seq of the add, as for box jobs: reserve it, then write the script.
+        # The id is the next job number, as for box jobs: reserve it, then write the script.
         writer.lock()
         try:
             seq = _last_seq_and_newline(writer.fd)[0] + 1
-            job_id = f"j{seq}"
+            job_id = writer.next_job_id_locked()
             dest_base = durable_dir or root
             ckpt_dir = os.path.join(dest_base, "ckpt", queue, job_id)
             script_rel = os.path.join("slurm", f"{job_id}.sbatch")
+            # An array's tasks each write their own log: %a is the task index.
+            log_name = f"{job_id}_%a.log" if array else f"{job_id}.log"
             text = render_script(
-                job_id, queue, argv=argv, cwd=cwd, env=env,
-                log=os.path.join(qdir, "logs", f"{job_id}.log"),
+                job_id, queue, argv=argv, cwd=cwd, env=env, array=array,
+                log=os.path.join(qdir, "logs", log_name),
                 runs_dir=os.path.join(qdir, "run"), ckpt_dir=ckpt_dir,
                 pythonpath=import_path(root), name=name, time_limit=time_limit,
                 signal_lead_s=lead, cpus_per_task=cpus, gpus=gpus, partition=partition)
@@ -562,7 +755,7 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
                 "name": name, "argv": argv, "cwd": cwd, "env": env, "gpus": gpus,
                 "durable_dir": durable_dir, "time": time_limit, "signal_lead_s": lead,
                 "cpus_per_task": cpus, "partition": partition, "script": script_rel,
-                "ckpt_dir": ckpt_dir})
+                "ckpt_dir": ckpt_dir, "job": job_id, "array": array})
         finally:
             writer.unlock()
         assert ev["seq"] == seq
@@ -575,24 +768,38 @@ def add(root: str, queue: str, *, argv: List[str], cwd: str, env: Dict[str, str]
 
 
 def find_job(root: str, queue: str, job_id: str) -> Optional[Dict[str, Any]]:
+    """The Slurm job ``job_id``; for an array task ("j5_3") its array job's record."""
     qdir = queue_dir(root, queue)
     if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
         return None
-    return fold_slurm(_read(qdir)).get(job_id)
+    jobs = fold_slurm(_read(qdir))
+    m = _TASK_ID_RE.match(job_id)
+    if m is not None and (jobs.get(m.group(1)) or {}).get("array"):
+        return jobs[m.group(1)]
+    return jobs.get(job_id)
 
 
 def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dict[str, Any]:
     """scancel, then wait (bounded) until Slurm has let the job go and record how it ended."""
     qdir = queue_dir(root, queue)
     events = _read(qdir)
+    task = task_of(root, queue, job_id)
+    if task is not None:
+        return _kill_task(qdir, queue, task[0], task[1], wait_s)
     job = fold_slurm(events).get(job_id)
     base = {"queue": queue, "job": job_id}
     if job is None or not job["slurm_id"]:
         return {**base, "ok": False, "error": f"no submitted Slurm job {job_id}"}
     if job["state"] not in LIVE_STATES:
         return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
-    env = command_env(slurm_config(events))
-    slurm_id = str(job["slurm_id"])
+    return _scancel_and_wait(qdir, base, str(job["slurm_id"]), job_id, wait_s)
+
+
+def _scancel_and_wait(qdir: str, base: Dict[str, Any], slurm_id: str, job_id: str,
+                      wait_s: float) -> Dict[str, Any]:
+    """scancel ``slurm_id``, then wait (bounded) until the record ``job_id`` (a job, or an
+    array task "j5_3") is no longer live, and say how it ended."""
+    env = command_env(slurm_config(_read(qdir)))
     rc, _, err = _run(["scancel", slurm_id], env)
     if rc != 0:
         return {**base, "ok": False, "slurm_id": slurm_id,
@@ -600,7 +807,8 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
     deadline = time.monotonic() + wait_s
     while True:
         jobs, _warnings = refresh(qdir, _read(qdir))
-        now_job = next((j for j in jobs if j["id"] == job_id), None)
+        records = [*jobs, *[t for j in jobs for t in j.get("tasks") or []]]
+        now_job = next((j for j in records if j["id"] == job_id), None)
         if now_job is not None and now_job["state"] not in LIVE_STATES:
             return {**base, "ok": True, "result": "killed", "slurm_id": slurm_id,
                     "state": now_job["state"], "slurm_state": now_job["slurm_state"]}
@@ -610,21 +818,44 @@ def kill(root: str, queue: str, job_id: str, wait_s: float = KILL_WAIT_S) -> Dic
         time.sleep(0.5)
 
 
+def _kill_task(qdir: str, queue: str, job: Dict[str, Any], index: str,
+               wait_s: float) -> Dict[str, Any]:
+    """scancel one array task (``123_4``), then wait (bounded) until Slurm has let it go."""
+    task_id = f"{job['id']}_{index}"
+    base = {"queue": queue, "job": task_id}
+    if not job["slurm_id"] or job["state"] not in LIVE_STATES:
+        return {**base, "ok": True, "result": "rejected", "why": f"job is {job['state']}"}
+    jobs, _warnings = refresh(qdir, _read(qdir))
+    now_job = next((j for j in jobs if j["id"] == job["id"]), job)
+    task = next((t for t in now_job.get("tasks") or [] if t["id"] == task_id), None)
+    if task is None or task["state"] not in LIVE_STATES:
+        return {**base, "ok": True, "result": "rejected",
+                "why": f"task is {task['state'] if task else 'not known to Slurm'}"}
+    return _scancel_and_wait(qdir, base, str(task["slurm_id"]), task_id, wait_s)
+
+
 def relaunch(root: str, queue: str, job_id: str) -> Dict[str, Any]:
-    """Submit the job's identical script again: a new attempt, the same checkpoint dir."""
+    """Submit the job's identical script again: a new attempt, the same checkpoint dir (an
+    array: every task again, under a new array id)."""
+    found = task_of(root, queue, job_id)
+    # "j5_3": task 3 alone, under a new array id that takes the task's place in the row.
+    array_job, index = (found[0]["id"], found[1]) if found is not None else (job_id, None)
     qdir = queue_dir(root, queue)
     events = _read(qdir)
     jobs, _ = refresh(qdir, events)
-    job = next((j for j in jobs if j["id"] == job_id), None)
+    job = next((j for j in jobs if j["id"] == array_job), None)
+    target = job if index is None else next(
+        (t for t in (job or {}).get("tasks") or [] if t["task"] == index), None)
     base = {"queue": queue, "job": job_id}
-    if job is None:
+    if job is None or target is None:
         return {**base, "ok": False, "error": f"no Slurm job {job_id}"}
-    if job["state"] in LIVE_STATES:
+    if target["state"] in LIVE_STATES:
         return {**base, "ok": False, "result": "rejected",
-                "error": f"job is {job['state']}; kill it first"}
+                "error": f"{'job' if index is None else 'task'} is {target['state']}; "
+                         f"kill it first"}
     writer = EventWriter(qdir)
     try:
-        doc = _submit(qdir, job, command_env(slurm_config(events)), writer)
+        doc = _submit(qdir, job, command_env(slurm_config(events)), writer, task=index)
     finally:
         writer.close()
     doc.update(base)

@@ -14,6 +14,9 @@ _TOKEN = re.compile(r"\S+")
 _DASHES = re.compile(r"-+")
 # Words Slurm prints where a duration would be (time limits, unset fields).
 _NO_DURATION = {"UNLIMITED", "INVALID", "NOT_SET", "N/A", "NONE", "PARTITION_LIMIT"}
+# The date line ``squeue -l`` (and each block of ``squeue -i``) prints above its header:
+# "Tue Nov 24 12:00:07 2026" (ctime's form, the day padded with a space or a zero).
+_DATE_LINE = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{1,2}:\d{2}:\d{2} \d{4}$")
 
 Row = Dict[str, Optional[str]]
 
@@ -45,10 +48,13 @@ def parse_squeue(text: str) -> List[Row]:
     """``squeue`` output (default or ``-o`` format with a header) -> one dict per job.
 
     Keys are the header words as printed (JOBID, PARTITION, NAME, ST, NODELIST(REASON), ...).
-    A row with exactly one token per column is split on whitespace; otherwise tokens go to
-    the column they sit under (see ``_assign``), so a multi-word reason or name stays put.
+    The date line of ``squeue -l`` / ``-i`` is not a header, and a header repeated by ``-i``
+    is not a job. A row with exactly one token per column is split on whitespace; otherwise
+    tokens go to the column they sit under (see ``_assign``), so a multi-word reason or name
+    stays put.
     """
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in text.splitlines()
+             if ln.strip() and not _DATE_LINE.match(ln.strip())]
     if not lines:
         return []
     columns = _spans(lines[0])
@@ -56,6 +62,8 @@ def parse_squeue(text: str) -> List[Row]:
     rows: List[Row] = []
     for line in lines[1:]:
         tokens = line.split()
+        if tokens == names:
+            continue
         cells: List[Optional[str]]
         if len(tokens) == len(columns):
             cells = list(tokens)

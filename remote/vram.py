@@ -20,6 +20,12 @@ NVIDIA_PREFIX = "/dev/nvidia"
 CMDLINE_MAX_CHARS = 512
 
 
+def display_only(kind: Any) -> bool:
+    """Whether a GPU process type (NVML / nvidia-smi: "C", "G", "C+G") is graphics only:
+    Xorg and gnome-shell hold a desktop's cards without being a run that shares them (GEN7)."""
+    return isinstance(kind, str) and kind.strip().upper() == "G"
+
+
 def _read_text(path: str, limit: int = 4096) -> Optional[str]:
     try:
         with open(path, "rb") as f:

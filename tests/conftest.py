@@ -32,6 +32,9 @@ from harness.netns import JumpTopology, NetnsUnavailable
 from harness.sshd import ClientIdentity, SshdBox
 from paths import FIXTURES
 
+# @pytest.mark.attack's tally and docs/RELIABILITY.md (`make reliability`).
+pytest_plugins = ("harness.attacks",)
+
 
 @pytest.fixture(scope="session")
 def fixtures() -> Path:

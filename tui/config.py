@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import platformdirs
 import tomlkit
@@ -113,6 +114,10 @@ class Settings:
     bell: bool = False  # ring the terminal bell once per new critical banner item
     # argv run once per new critical item, the item's text appended as the last argument.
     notify_command: list[str] | None = None
+    # Each new critical item POSTed there as JSON (tui/transport/notify_http.py).
+    notify_url: str | None = None
+    # A critical item that stays is alerted again after this long (bell, command and URL).
+    renotify_s: float = 3600.0
 
 
 @dataclass
@@ -235,6 +240,20 @@ def parse_rented_at(value: Any) -> float | None:
     return None
 
 
+def url_problem(url: Any) -> str | None:
+    """Why ``url`` cannot be a notify_url, or None: an http(s) URL with a host."""
+    if not isinstance(url, str):
+        return "must be a URL string"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    return None
+
+
 def _parse_settings(path: Path, raw: Any) -> Settings:
     settings = Settings()
     if raw is None:
@@ -242,7 +261,7 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
     if not isinstance(raw, dict):
         raise _err(path, "[settings]", "must be a table", "write it as [settings]")
     for key, value in raw.items():
-        if key in ("poll_interval_s", "down_after_s"):
+        if key in ("poll_interval_s", "down_after_s", "renotify_s"):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
                            f"e.g. {key} = 5")
@@ -268,10 +287,16 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
                            "must be an argv list of strings, not a shell string",
                            "e.g. notify_command = [\"notify-send\", \"gpuroom\"]")
             settings.notify_command = list(value)
+        elif key == "notify_url":
+            problem = url_problem(value)
+            if problem:
+                raise _err(path, "[settings] notify_url", problem,
+                           "e.g. notify_url = \"https://ntfy.sh/my-gpuroom-topic\"")
+            settings.notify_url = value
         else:
             raise _err(path, f"[settings] {key}", "unknown key",
                        "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
-                       "bell, notify_command)")
+                       "bell, notify_command, notify_url, renotify_s)")
     return settings
 
 
@@ -375,7 +400,7 @@ def _write_private(path: Path, text: str) -> None:
 
 
 _SETTING_KEYS = ("poll_interval_s", "down_after_s", "ssh_config", "poll_mode", "bell",
-                 "notify_command")
+                 "notify_command", "notify_url", "renotify_s")
 
 
 def _plain(value: Any) -> Any:

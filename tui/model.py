@@ -59,6 +59,7 @@ class HostState:
     snapshot: Snapshot | None = None
     last_ok: float | None = None  # time.time() of the last good snapshot
     last_try: float | None = None
+    next_try: float | None = None  # when the fleet polls it again; None: no poll is planned
     price_per_hour: float | None = None
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
     polls_ok: int = 0

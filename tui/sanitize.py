@@ -113,11 +113,13 @@ class LineSplitter:
         if b"\n" not in data:
             # Newline-free chunk (a progress bar, a flood): no re-split of what is held.
             self._pending += data
+            self._drop_overwritten()
             lines = self.flush() if len(self._pending) > self._max_pending else []
             return lines if keep is None or keep else []
         buf = bytes(self._pending) + data
         end = buf.rfind(b"\n")
         self._pending = bytearray(buf[end + 1 :])
+        self._drop_overwritten()
         start = 0
         if keep is not None:
             # Only the tail is decoded and sanitized: find where its first line starts.
@@ -132,6 +134,22 @@ class LineSplitter:
             # Show an over-long unterminated run now rather than hold memory without bound.
             lines += self.flush()
         return lines if keep is None else lines[-keep:] if keep else []
+
+    def _drop_overwritten(self) -> None:
+        # A progress bar rewrites its line with "\r" for hours without a newline: only what
+        # follows the last "\r" is ever shown (sanitize_line), so the rest need not be held.
+        held = self._pending.rstrip(b"\r")
+        cut = held.rfind(b"\r")
+        if cut > 0:
+            del self._pending[:cut]
+
+    def partial(self) -> str | None:
+        """The line the job is still writing (no newline yet), as it looks now: a progress
+        bar's latest state. None when nothing is held or it shows as nothing."""
+        if not self._pending:
+            return None
+        line = display_line(bytes(self._pending))
+        return line or None
 
     def flush(self) -> list[str]:
         """The unterminated tail as a line (the job is still writing it)."""

@@ -21,11 +21,15 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 import math
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+
+from gpuroom.remote.queue_events import SIGNAL_NAME_RE
+from gpuroom.remote.vram import display_only
 
 RawSnapshot = dict[str, Any]
 
@@ -41,7 +45,10 @@ def number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        n = float(value)
+        try:
+            n = float(value)
+        except OverflowError:  # json reads an integer of any length; a float has 1e308
+            return None
     elif isinstance(value, str):
         try:
             n = float(value.strip())
@@ -68,6 +75,20 @@ def text(value: Any) -> str | None:
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
+    return None
+
+
+def exact_int(value: Any) -> int | None:
+    """A JSON integer (not a bool, not a string of one); else None. An exit code is one, and
+    a string in its place is a job writing the queue's file (issue 18), not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def signal_name(value: Any) -> str | None:
+    """A signal's short name ("SIGKILL"), as remote/queue_events.py exit_fields checks it;
+    anything else (escape sequences, markup, a long text) is None."""
+    if isinstance(value, str) and SIGNAL_NAME_RE.match(value):
+        return value
     return None
 
 
@@ -232,14 +253,18 @@ def _convert(k: Key, value: Any) -> Any:
     return tuple(dataclasses.replace(view, name=n) for view, n in zip(named, names, strict=True))
 
 
-def schema_keys(view: type[View], prefix: str = "") -> Iterator[tuple[str, Key]]:
-    """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key)."""
-    for k in view.keys():
+def schema_keys(view: type[View], prefix: str = "",
+                under: Origin = "probe") -> Iterator[tuple[str, Key]]:
+    """Every key ``view`` reads, depth first, as ("gpus[].processes[].pid", Key). A key under
+    a parent written only in some situation (a Slurm job's ``telemetry``) takes that
+    parent's origin: it is written only then too."""
+    for own in view.keys():
+        k = own if under == "probe" else dataclasses.replace(own, origin=under)
         path = f"{prefix}{k.key}"
         yield path, k
         if k.view is not None:
             sub = {"many": "[].", "named": "{}."}.get(k.shape, ".")
-            yield from schema_keys(k.view, path + sub)
+            yield from schema_keys(k.view, path + sub, k.origin)
 
 
 def keys_seen(view: type[View], objs: Iterable[Any], prefix: str = "") -> set[str]:
@@ -320,6 +345,12 @@ class Disk(View):
         """The resolved path when the box gave one, else the path as asked."""
         return self.real_path or self.path or ""
 
+    @property
+    def missing(self) -> bool:
+        """The watched path does not exist on the box: the volume meant to be there is not
+        mounted (remote/hostinfo.py disk_facts names the OSError's class first)."""
+        return (self.error or "").startswith("FileNotFoundError")
+
     # df's arithmetic (coreutils), so the pane headed "df -h | df -i" agrees with df to the
     # point: used = total - free including reserved; Use% = used / (used + available),
     # rounded up. On ext4 the 5 % root reserve made total-based percentages tens of points
@@ -369,6 +400,12 @@ class GpuProcess(View):
     name: str | None = key(text)
     used_mib: float | None = key(number)
     comm: str | None = key(text)
+
+    @property
+    def display_only(self) -> bool:
+        """Graphics only (type G: Xorg, gnome-shell): it shares a desktop's cards without
+        being a run a job collides with (GEN7)."""
+        return display_only(self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,8 +499,8 @@ class Attempt(View):
     pid: int | None = key(integer)
     start: float | None = key(number)
     end: float | None = key(number)
-    exit_code: int | None = key(integer)
-    signal: str | None = key(text)  # the signal's name, "SIGKILL" (remote/queue_runner.py)
+    exit_code: int | None = key(exact_int)
+    signal: str | None = key(signal_name)  # its name, "SIGKILL" (remote/queue_runner.py)
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
@@ -508,6 +545,53 @@ class Sync(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ArrayTask(View):
+    """One task of a Slurm job array (remote/queue_slurm.py _array_refresh): "j5_3" is task 3
+    of array job j5, Slurm's "123_3"."""
+
+    id: str = key(lambda v: text(v) or "", origin="slurm")
+    task: str | None = key(text, origin="slurm")
+    slurm_id: str | None = key(text, origin="slurm")
+    state: str = key(lambda v: text(v) or "", origin="slurm")
+    slurm_state: str | None = key(text, origin="slurm")
+    reason: str | None = key(text, origin="slurm")
+    node: str | None = key(text, origin="slurm")
+    elapsed_s: float | None = key(number, origin="slurm")
+    exit_code: int | None = key(integer, origin="slurm")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProbe(View):
+    """One node of a running Slurm job, probed from inside its allocation: the same host,
+    cgroup, disk and GPU facts a box's probe carries (remote/slurm_telemetry.py node_probe)."""
+
+    host: Host = nested(Host)
+    cgroup: Cgroup = nested(Cgroup)
+    disks: tuple[Disk, ...] = nested(Disk, "many")
+    gpus: tuple[Gpu, ...] = nested(Gpu, "many")
+    gpu_error: str | None = key(text)
+
+    def as_snapshot(self) -> Snapshot:
+        """The node as a box's snapshot, so the panes and the doctor's GPU, disk and memory
+        rules read it as they read a rented box."""
+        return Snapshot(schema=None, helper=Helper.read({}), host=self.host,
+                        cgroup=self.cgroup, disks=self.disks, gpus=self.gpus,
+                        gpu_error=self.gpu_error, kernel=Kernel.read({}), vram_holders=(),
+                        queue=None, errors=(),
+                        sections=frozenset({"host", "cgroup", "disks", "gpus"}))
+
+
+@dataclass(frozen=True, slots=True)
+class JobTelemetry(View):
+    """A running Slurm job's last in-allocation probe (remote/slurm_telemetry.py)."""
+
+    t: float | None = key(number)  # when the step answered (the login node's clock)
+    nodes: tuple[NodeProbe, ...] = nested(NodeProbe, "many")
+    error: str | None = key(text)  # the step failed, hung, or --overlap was refused
+    refused: bool = key(flag)  # --overlap refused: the queue no longer asks
+
+
+@dataclass(frozen=True, slots=True)
 class Job(View):
     """One job record of the queue (the probe's and ``queue ls --json``'s share this shape)."""
 
@@ -516,12 +600,20 @@ class Job(View):
     # one of gpuroom.remote.queue_events.STATES; "" when the box gave none
     state: str = key(lambda v: text(v) or "", old=("status",))
     reason: str | None = key(text)
+    # Why a queued box job has not started: a slot, GPUs a foreign pid holds (GEN7), the job
+    # ahead, no runner (remote/queue.py _waiting); None for any other job
+    waiting: str | None = key(text)
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")
+    priority: int | None = key(integer)  # higher starts first among the queued jobs
+    position: int | None = key(integer)  # a queued job's place in line (0: next to start)
+    after: tuple[str, ...] = key(texts)  # jobs that must succeed before this one starts
+    edited_from: str | None = key(text)  # the job this one is an edited copy of
+    log_path: str | None = key(text, current="log")  # the log file's path on the box
     ckpt_dir: str | None = key(text)
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
@@ -538,6 +630,12 @@ class Job(View):
     end_time: float | None = key(number, origin="slurm")
     restarts: int | None = key(integer, origin="slurm")
     signal_lead_s: float | None = key(number, origin="slurm")
+    # squeue's %S for a pending job: when the scheduler expects it to start (issue 23)
+    expected_start: float | None = key(number, origin="slurm")
+    nodes: int | None = key(integer, origin="slurm")  # squeue's %D: nodes allocated or asked
+    telemetry: JobTelemetry | None = nested(JobTelemetry, "maybe", origin="slurm")
+    array: str | None = key(text, origin="slurm")  # sbatch --array's spec: "0-9%2"
+    tasks: tuple[ArrayTask, ...] = nested(ArrayTask, "many", origin="slurm")
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
 
     @property
@@ -565,11 +663,25 @@ class Job(View):
 
 
 @dataclass(frozen=True, slots=True)
+class QueueRunner(View):
+    """A queue's runner, as its lock and runner.json say (remote/queue.py _runner_info)."""
+
+    alive: bool = key(flag)
+    pid: int | None = key(integer)
+    heartbeat: float | None = key(number)
+    # the last write that failed (a full disk or inode table), until one succeeds again
+    write_error: str | None = key(text)
+    # any other failure of its last tick (it backs off and retries; it never dies)
+    error: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
+    runner: QueueRunner | None = nested(QueueRunner, "maybe")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)
@@ -590,6 +702,11 @@ class Queue(View):
     """Every queue on the box (remote/queue.py collect)."""
 
     queues: tuple[QueueView, ...] = nested(QueueView, "named")
+
+
+def read_log_doc(raw: Any) -> LogChunk:
+    """``gpuroom-remote queue logs --json``: one log chunk, in the probe's shape."""
+    return LogChunk.read(raw)
 
 
 def read_queue_view(raw: Any) -> QueueView:
@@ -635,6 +752,12 @@ class Snapshot(View):
 
     def gpu(self, index: int | None) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+    @property
+    def job_nodes(self) -> tuple[tuple[Job, NodeProbe], ...]:
+        """Each node of each running Slurm job that answered an in-allocation probe."""
+        return tuple((j, n) for j in self.jobs if j.state == "running"
+                     and j.telemetry is not None for n in j.telemetry.nodes)
 
     def section_error(self, section: str) -> str | None:
         """What the collector of ``section`` raised, if it did."""
@@ -714,10 +837,22 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> 
 
 
 __all__ = [
-    "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper", "Host", "Job",
-    "Kernel", "KernelEvent", "Key", "LogChunk", "Queue", "QueueView", "RawSnapshot",
+    "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper",
+    "Host", "Job",
+    "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
+    "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
     "number",
-    "read_optional", "read_queue_view", "read_snapshot", "schema_keys", "snapshot_problems",
+    "read_log_doc", "read_optional", "read_queue_view", "read_snapshot", "schema_keys",
+    "snapshot_problems",
     "text", "with_jobs",
 ]
+
+
+def load_answer(data: bytes | str) -> Any:
+    """JSON the box wrote, parsed, or ValueError: a document nested thousands deep makes the
+    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("the answer is nested too deep to be the helper's JSON") from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.reactive import reactive
@@ -11,6 +11,7 @@ from textual.widget import Widget
 from gpuroom.tui.present.disks import DiskRow
 from gpuroom.tui.present.format import fmt_bytes, fmt_count, fmt_pct
 from gpuroom.tui.present.levels import Level
+from gpuroom.widgets.gpu import problem_text
 
 BAR_WIDTH = 8
 LEVEL_COLOR: dict[Level, str] = {"ok": "green", "warn": "yellow", "crit": "bold red"}
@@ -37,7 +38,19 @@ class DiskPanel(Widget):
     disks: reactive[tuple[DiskRow, ...]] = reactive(())
     """Watched mounts of the selected host."""
 
+    problem: reactive[tuple[str, ...]] = reactive(())
+    """A STALE or DOWN host's link problem (LinkProblem.lines): its headline says the numbers
+    are old; with no numbers at all, the whole of it."""
+
     def render(self) -> RenderableType:
+        if self.problem and not self.disks:
+            return problem_text(self.problem)
+        table = self._table()
+        if self.problem:
+            return Group(problem_text(self.problem[:1]), table)
+        return table
+
+    def _table(self) -> RenderableType:
         if not self.disks:
             return Text("no disks reported", style="dim")
         wide = self.size.width >= WIDE
@@ -55,11 +68,11 @@ class DiskPanel(Widget):
             table.add_column("ifree", justify="right")
         table.add_column("iuse%", justify="right")
         table.add_column("inodes", no_wrap=True)
+        failed = [d for d in self.disks if d.error]
         for d in self.disks:
             if d.error:
-                table.add_row(d.path, Text(d.error, style="red"))
                 continue
-            cells: list[Text | str] = [d.path]
+            cells: list[Text | str] = [Text(d.path)]  # box text: never markup
             if wide:
                 cells += [fmt_bytes(d.size_bytes), fmt_bytes(d.avail_bytes)]
             cells += [
@@ -73,4 +86,10 @@ class DiskPanel(Widget):
                 bar(d.inodes_pct, d.inodes_level),
             ]
             table.add_row(*cells)
-        return table
+        if not failed:
+            return table
+        # A path that could not be read is one line of its own ("/workspace: not mounted"),
+        # never a cell: a long error in a narrow column wrapped and broke the table.
+        lines = [Text(f"{d.path}: {d.error}", style="red", no_wrap=True, overflow="ellipsis")
+                 for d in failed]
+        return Group(table, *lines) if len(failed) < len(self.disks) else Group(*lines)

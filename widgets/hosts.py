@@ -16,10 +16,11 @@ from gpuroom.tui.present.levels import Level
 from gpuroom.widgets.rowtable import RowTable
 
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}
-# Most telling first: at 80 columns the right-hand ones scroll off.
-COLUMNS = ("host", "state", "GPUs", "SM MHz", "power W", "disk", "inode", "job", "profile",
-           "billed", "find")
-STATE_WIDTH = 28  # a DOWN reason is cut here; the banner and the log say the rest
+# Most telling first: at 80 columns everything up to billed fits; the GPU readings (in the
+# gpu pane too) and the profile scroll off to the right.
+COLUMNS = ("host", "state", "find", "GPUs", "job", "disk", "inode", "billed", "SM MHz",
+           "power W", "profile")
+STATE_WIDTH = 28
 
 
 class HostsTable(RowTable):
@@ -44,16 +45,18 @@ class HostsTable(RowTable):
     def watch_hosts(self, rows: tuple[HostRow, ...]) -> None:
         self.set_rows([(r.name, (
             Text(r.name, style="bold"),
+            # STALE and DOWN are short by construction (link_text: the reason is in the host's
+            # panes and `i`); "UP, kernel+gpus failed" may not be, and is cut with "…".
             Text(fmt_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
+            Text(r.findings, style=LEVEL_STYLE[r.findings_level]),
             Text(r.gpus),
-            Text(r.sm_clock),
-            Text(r.power),
+            Text(fmt_cut(r.job, 16)),
             Text(r.disk_pct, style=LEVEL_STYLE[r.disk_level]),
             Text(r.inode_pct, style=LEVEL_STYLE[r.inode_level]),
-            Text(fmt_cut(r.job, 16)),
-            Text(r.profile),
             Text(r.billed),
-            Text(r.findings, style=LEVEL_STYLE[r.findings_level]),
+            Text(r.sm_clock),
+            Text(r.power),
+            Text(r.profile),
         )) for r in rows])
 
     @property

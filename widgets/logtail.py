@@ -2,50 +2,109 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Log
 
-from gpuroom.tui.present.log import LineSplitter, LogChunk, LogCursor, advance_log
+from gpuroom.tui.present.format import fmt_bytes
+from gpuroom.tui.present.log import (
+    LineSplitter,
+    LogChunk,
+    LogCursor,
+    advance_log,
+    prepend_log,
+)
 
 MAX_LINES = 10_000  # ring of lines kept; older ones drop off the top
 
 
 class LogTail(Log):
     """Ring of the last 10k display lines of one job's log. Text arrives already as bytes
-    from snapshots; only sanitized lines (tui/sanitize.py) are ever written."""
+    from snapshots; only sanitized lines (tui/sanitize.py) are ever written.
+
+    With ``follow`` on, the last line is always in view; scrolling up pauses it (the title
+    says so) and ``f`` or End resumes it. The line the job is still writing (a progress bar
+    redrawn with ``\\r``) is shown as it looks now and replaced in place as it changes.
+    """
 
     DEFAULT_CSS = """
     LogTail { height: 1fr; border-title-color: $text-muted; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "scroll_down", "Down", show=False),
-        Binding("k", "scroll_up", "Up", show=False),
+        Binding("j,down", "scroll_down", "Down", show=False),
+        Binding("k,up", "scroll_up", "Up", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "scroll_home", "Top", show=False),
+        Binding("end", "follow", "Follow", show=False),
     ]
 
+    @dataclass
+    class OlderWanted(Message):
+        """The pane is scrolled to its top and the file has bytes before ``start``."""
+
+        source: str
+        start: int
+
     follow: reactive[bool] = reactive(True)
-    """Scroll to each new line (f toggles)."""
+    """Keep the last line in view (f toggles; scrolling up pauses, End resumes)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(max_lines=MAX_LINES, auto_scroll=True, id=id)
         self.cursor: LogCursor | None = None
         self._splitter = LineSplitter()
+        self._partial = False  # the last line is the job's unfinished line
+        self._marker = False  # the first line says older bytes exist
+        self._older_asked: int | None = None
         self.source = ""
 
+    # ------------------------------------------------------------------ follow
+
     def watch_follow(self, follow: bool) -> None:
-        self.auto_scroll = follow
+        self.auto_scroll = follow  # Log's own flag, for whoever reads it; _to_end does it here
         self._title()
         if follow:
-            self.scroll_end(animate=False)
+            self._to_end()
+
+    def _to_end(self) -> None:
+        # x_axis=False: a wide line must not move the view sideways. After the refresh, when
+        # the layout (a horizontal scrollbar that just appeared) gives the real last row.
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.scroll_end(animate=False, x_axis=False)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self.follow and new_value < old_value and new_value < self.max_scroll_y:
+            self.follow = False  # the user scrolled up: stay where they are
+        if new_value == 0 and new_value < old_value and not self.follow:
+            self._want_older()  # the user reached the top (not a clear of the pane)
+
+    def on_resize(self) -> None:
+        if self.follow:
+            self._to_end()
+
+    def action_follow(self) -> None:
+        self.follow = True
+        self._to_end()
+
+    def action_scroll_home(self) -> None:
+        self.follow = False
+        self.scroll_home(animate=False, x_axis=False)
+        self._want_older()
 
     def _title(self) -> None:
-        mode = "follow" if self.follow else "PAUSED"
+        mode = "follow" if self.follow else "paused: f or End follows"
         # Text, not markup: the job id comes from the box.
         self.border_title = Text(f"log {self.source} ({mode})" if self.source else f"log ({mode})")
+
+    # ------------------------------------------------------------------ content
 
     def show(self, source: str) -> None:
         """Switch to another job (or none): the pane starts empty for it."""
@@ -53,9 +112,14 @@ class LogTail(Log):
             return
         self.source = source
         self.cursor = None
-        self._splitter.reset()
-        self.clear()
+        self._restart()
         self._title()
+
+    def _restart(self) -> None:
+        self._splitter.reset()
+        self._partial = self._marker = False
+        self._older_asked = None
+        self.clear()
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Log measures the widest new line in a thread worker, through a regex and cell_len
@@ -65,21 +129,90 @@ class LogTail(Log):
             width = max(len(line) if line.isascii() else cell_len(line) for line in lines)
             self._update_maximum_width(updates, width)
 
+    def _put(self, at: int, lines: list[str]) -> None:
+        """Lines in at index ``at`` as they are: Log.write_lines would split them again on
+        every character str.splitlines() knows (U+2028, U+2029), which shifts the partial
+        line's index."""
+        self._lines[at:at] = lines
+        self._render_line_cache.clear()  # cached rows are keyed by index, which moved
+        if len(self._lines) > MAX_LINES:
+            self._prune_max_lines()
+            self._marker = False  # the top line dropped: the bytes above it are unknown
+        self.virtual_size = Size(self._width, len(self._lines))
+        self._update_size(self._updates, lines)
+        self.refresh()
+
+    def _marker_line(self, start: int) -> str:
+        return f"[… {fmt_bytes(start)} before this: scroll up or Home for more …]"
+
     def append_chunk(self, chunk: LogChunk) -> int:
         """Write what is new in ``chunk``; return the number of lines written."""
         data, fresh, skipped, self.cursor = advance_log(self.cursor, chunk)
         if fresh:
-            self._splitter.reset()
-            self.clear()
+            self._restart()
+        elif not data and not skipped:
+            return 0
         lines = []
+        if fresh and self.cursor.start > 0:
+            lines.append(self._marker_line(self.cursor.start))
+            self._marker = True
         if skipped:
             self._splitter.reset()
             lines.append(f"[… {skipped} bytes not fetched …]")
         # A chunk of more lines than the ring holds: only its last MAX_LINES are decoded,
         # sanitized and written, the rest would be pruned unseen (a 50 MB/s flood stays cheap).
         lines += self._splitter.feed(data, keep=MAX_LINES)
-        # The job's current line: shown now, completed by a later chunk's first line.
-        if lines:
-            # One write for the whole batch: a fast log costs one refresh per snapshot.
-            self.write_lines([line.expandtabs(8) for line in lines])
+        if self._partial:
+            # The unfinished line shown last time: its final form is among ``lines`` now,
+            # or its newer state is the partial below.
+            del self._lines[-1]
+            self._partial = False
+        partial = self._splitter.partial()
+        if partial is not None:
+            lines.append(partial)
+            self._partial = True
+        lines = [line.expandtabs(8) for line in lines]
+        # One write for the whole batch: a fast log costs one refresh per snapshot.
+        self._put(len(self._lines), lines)
+        if self.follow:
+            self._to_end()
         return len(lines)
+
+    def prepend_chunk(self, chunk: LogChunk) -> int:
+        """Older bytes for the top of the pane (scrolled back); return the lines added."""
+        older = prepend_log(self.cursor, chunk) if self._marker else None
+        if older is None:
+            return 0
+        data, self.cursor = older
+        text = data[:-1] if data.endswith(b"\n") else data
+        lines = LineSplitter().feed(text + b"\n") if text else []
+        del self._lines[0]  # the marker; a new one goes on top while older bytes remain
+        self._marker = False
+        room = MAX_LINES - len(self._lines)
+        if len(lines) >= room:
+            lines = lines[len(lines) - room :]  # the ring is full: no further scroll-back
+        elif self.cursor.start > 0:
+            lines.insert(0, self._marker_line(self.cursor.start))
+            self._marker = True
+        lines = [line.expandtabs(8) for line in lines]
+        self._put(0, lines)
+        # The lines the user was reading stay where they were on screen.
+        self.scroll_to(y=self.scroll_y + len(lines) - 1, animate=False, immediate=True)
+        self._older_asked = None
+        return len(lines)
+
+    def no_older(self, why: str) -> None:
+        """Older bytes cannot be had (a recording holds only what it recorded): the top line
+        says so instead of promising them."""
+        if self._marker and self.cursor is not None:
+            self._lines[0] = f"[… {fmt_bytes(self.cursor.start)} before this: {why} …]"
+            self._marker = False
+            self._render_line_cache.clear()
+            self.refresh()
+
+    def _want_older(self) -> None:
+        cursor = self.cursor
+        if not self._marker or cursor is None or self._older_asked == cursor.start:
+            return
+        self._older_asked = cursor.start
+        self.post_message(self.OlderWanted(self.source, cursor.start))

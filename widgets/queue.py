@@ -14,13 +14,16 @@ from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobs import STATE_STYLE, JobRow
 from gpuroom.widgets.rowtable import RowTable
 
-COMMAND_WIDTH = 40  # characters of the command shown; the rest is "…"
+COMMAND_WIDTH = 40  # characters of the command shown at most; the rest is "…"
+MIN_COMMAND_WIDTH = 4  # "pyt…": below this the command scrolls off rather than say nothing
 SLURM_WIDTH = 36
-COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "command", "ckpt")
+STATE_WIDTH = 40  # a queued job's state says why it waits; the rest is "…"
+# The command last: it takes what the pane has left and its cut ends in "…" at the edge.
+COLUMNS = ("id", "name", "state", "try", "runtime", "exit", "ckpt", "command")
 
 
 class QueueTable(RowTable):
-    """Jobs of one host: id, name, state, attempt, runtime, exit, command, checkpoint age;
+    """Jobs of one host: id, name, state, attempt, runtime, exit, checkpoint age, command;
     on a Slurm host also the Slurm id, state, pending reason and walltime left."""
 
     DEFAULT_CSS = """
@@ -47,11 +50,9 @@ class QueueTable(RowTable):
         self.set_columns((*COLUMNS[:3], "slurm", *COLUMNS[3:]) if slurm else COLUMNS)
         rows = []
         for j in jobs:
-            if j.pending:
-                # Truthful: the box has not confirmed this yet (principle 3).
-                state = Text(f"{j.pending}…", style="bold magenta")
-            else:
-                state = Text(j.state, style=STATE_STYLE.get(j.state, ""))
+            # A pending action is truthful: the box has not confirmed it yet (principle 3).
+            state = Text(_state_cell(j), style="bold magenta" if j.pending
+                         else STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
                 Text(j.name),
@@ -59,14 +60,32 @@ class QueueTable(RowTable):
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
                 Text(j.ended_by),
-                Text(fmt_cut(j.command, COMMAND_WIDTH)),
                 Text(fmt_age(j.ckpt_age_s)),
+                Text(fmt_cut(j.command, self._command_width(jobs))),
             ]
             if slurm:
                 # Slurm's reason text comes from the box: plain Text, never markup.
                 cells.insert(3, Text(fmt_cut(j.slurm, SLURM_WIDTH)))
             rows.append((j.id, tuple(cells)))
         self.set_rows(rows)
+
+    def _command_width(self, jobs: tuple[JobRow, ...]) -> int:
+        """What is left of the pane for the command once the other cells are drawn, so its
+        cut ends in "…" inside the pane instead of running under the next one; `i` shows
+        the whole command."""
+        if not self.size.width:
+            return COMMAND_WIDTH
+        cells = [{"id": j.id, "name": j.name, "state": _state_cell(j),
+                  "try": str(j.attempt), "runtime": fmt_age(j.runtime_s), "exit": j.ended_by,
+                  "ckpt": fmt_age(j.ckpt_age_s), "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
+                 for j in jobs]
+        others = sum(max([len(label), *(len(c.get(label, "")) for c in cells)])
+                     + 2 * self.cell_padding for label in self._labels if label != "command")
+        room = self.size.width - others - 2 * self.cell_padding - self.scrollbar_size_vertical
+        return max(MIN_COMMAND_WIDTH, min(COMMAND_WIDTH, room))
+
+    def on_resize(self) -> None:
+        self.jobs = self.jobs  # re-cut the commands to the new width
 
     @property
     def selected_job_id(self) -> str | None:
@@ -82,3 +101,8 @@ class QueueTable(RowTable):
         event.stop()
         if event.row_key.value is not None:
             self.post_message(self.Selected(self.host, str(event.row_key.value)))
+
+
+def _state_cell(j: JobRow) -> str:
+    """The state column's text: a pending action, else the box's state (with why it waits)."""
+    return f"{j.pending}…" if j.pending else fmt_cut(j.state_text, STATE_WIDTH)

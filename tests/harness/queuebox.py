@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +144,14 @@ class Box:
             child.wait(timeout=10)
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env,
                        capture_output=True, check=False, timeout=10)
+
+
+def queue_box(tmp: Path) -> Iterator[Box]:
+    """A test's queue (the body of its ``box`` fixture): every runner leaves soon after the
+    queue empties, and what the test started is killed after it."""
+    b = Box(tmp)
+    b.json("config", "--idle-exit", "1")
+    try:
+        yield b
+    finally:
+        b.cleanup()

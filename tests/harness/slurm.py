@@ -10,6 +10,8 @@ SSH command does not reliably read.
 Choices that make a test fast and munge-free:
 - ``AuthType=auth/none`` + ``CredType=cred/none``: no munge daemon;
 - ``SchedulerParameters=batch_sched_delay=0,sched_interval=1``: submit-to-start ~1 s;
+  ``bf_interval=1``: the backfill pass (which sets a pending job's expected start, squeue's
+  ``%S``) every second instead of every 30;
 - ``AuthInfo=cred_expire=5``: a requeued job waits cred_expire+1 s before it may start again
   (the default 120 s would make the requeue test take minutes; slurm.conf(5), cred_expire);
 - ``KillWait=5``: SIGTERM -> SIGKILL at the wall in 5 s instead of 30;
@@ -18,6 +20,7 @@ Choices that make a test fast and munge-free:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -25,8 +28,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from .sshd import find_tool, free_port
 
@@ -81,7 +87,7 @@ def render_conf(workdir: Path, node: str, ctld_port: int, slurmd_port: int) -> s
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={workdir / 'jobcomp.txt'}",
         "SchedulerType=sched/backfill",
-        "SchedulerParameters=batch_sched_delay=0,sched_interval=1",
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         "KillWait=5",
@@ -200,3 +206,17 @@ class SlurmCluster:
             self.stop()
         finally:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[SlurmCluster]:
+    """A started cluster for a module's tests (skipped where Slurm cannot run), closed after."""
+    reason = missing_requirements()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = SlurmCluster.create()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

@@ -128,6 +128,19 @@ def ensure_test_user(name: str = TEST_USER) -> BoxUser:
 WIPE_ATTEMPTS = 30  # x 0.1 s
 
 
+def box_python(root: Path, script: str, user: str) -> Path:
+    """``root/python3``, an executable ``script`` for hosts.toml's ``python`` (a GPU stand-in
+    put in the helper's way), with everything under ``root`` given to the test ``user``: the
+    box reads nothing of the jump host's checkout."""
+    wrapper = root / "python3"
+    wrapper.write_text(script)
+    wrapper.chmod(0o755)
+    owner = pwd.getpwnam(user)
+    for path in (root, *root.rglob("*")):
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+    return wrapper
+
+
 def wipe_gpuroom_dir(user: BoxUser) -> None:
     """Remove ~/.gpuroom of the test user so a test starts on a clean box."""
     target = user.home / GPUROOM_DIR

@@ -84,6 +84,7 @@ def queue_states(app: GpuroomApp) -> dict[str, tuple[str, str | None]]:
     return {j.id: (j.state, j.pending) for j in app.query_one(QueueTable).jobs}
 
 
+@pytest.mark.attack("hostile text", "startup selects first host and its running job")
 async def test_startup_selects_first_host_and_its_running_job() -> None:
     app, _ = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -206,6 +207,7 @@ async def test_failed_kill_notifies_with_host_job_cause_and_fix() -> None:
         assert queue_states(app)["j3"] == ("running", None)  # nothing pending after failure
 
 
+@pytest.mark.attack("hostile text", "a toast quoting the box is plain inert text")
 async def test_a_toast_quoting_the_box_is_plain_inert_text() -> None:
     # As markup, "[/]" raises and "[@click=...]" is an action; raw, ESC reaches the terminal.
     app, fleet = make_app()

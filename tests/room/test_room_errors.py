@@ -163,6 +163,7 @@ async def test_a_bug_while_the_room_starts_ends_it_the_same_way(
     assert "ZeroDivisionError: division by zero" in internal_log_path().read_text()
 
 
+@pytest.mark.attack("hostile text", "a bug line quoting a box is inert")
 @pytest.mark.expect_internal_error
 async def test_a_bug_line_quoting_a_box_is_inert() -> None:
     app, _ = make_app(ValueError("job name \x1b]52;c;ZXZpbA==\x07\x1b[2Jx"))

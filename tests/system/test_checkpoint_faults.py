@@ -75,6 +75,9 @@ def straight_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.attack(
+    "faults",
+    "kill -9 of a training run, then the identical command: it resumes bit-exact")
 def test_kill9_and_identical_relaunch_is_bitwise_exact(
     tmp_path: Path, straight_run: dict[str, Any], mode: str
 ) -> None:
@@ -143,6 +146,9 @@ def _save_forever(directory: Path, model: nn.Module, first_step: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.attack(
+    "faults",
+    "200 kill -9 at random points of checkpoint saves: a loadable checkpoint every time")
 def test_200_kill9_during_saves_always_leave_a_loadable_checkpoint(tmp_path: Path) -> None:
     torch.set_num_threads(1)  # OpenMP pools do not survive fork
     model = nn.Linear(1024, 1024)  # 4 MiB of weights: a save takes a measurable moment
@@ -201,6 +207,9 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("when", ["before_write", "mid_write"])
+@pytest.mark.attack(
+    "faults",
+    "a full disk during a checkpoint save: a clear error, the previous checkpoint kept")
 def test_disk_full_raises_clear_error_and_keeps_previous(
     tiny_fs: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:

@@ -1,5 +1,9 @@
 """The control room end to end: the real `gpuroom` binary in a real tmux, against the test sshd.
 
+Issue 17: a box replaying the throttle captures shows their reasons in the GPU pane; a host
+that stops answering behind a ProxyJump says why, with the fix, the hop, a ticking age and the
+next try, and `s` on it leaves ssh's own error on screen.
+
 Issue 6: keys must work inside tmux (TERM=screen-256color, and a 16-colour TERM=screen), and
 a job added with `a` shows its log, dies with `K` and comes back with `R`. The screen is read
 with `tmux capture-pane`, keys go in with `tmux send-keys`; the box's own queue (`gpuroom queue
@@ -12,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -23,6 +28,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+from harness.sshd import box_python
 from harness.tmux import ScreenTimeout, TmuxPane, find_tmux
 
 from gpuroom.tui.cli.main import main
@@ -86,7 +92,7 @@ def _kill_every_live_job(config: Path) -> None:
     try:
         for job in _jobs(config):
             if job["state"] in ("running", "queued", "launching"):
-                _queue_json(config, "kill", "box", job["id"])
+                _queue_json(config, "kill", "box", job["id"], "--json")
     except (AssertionError, OSError, ValueError, KeyError):
         pass  # teardown of a failed test: the box reset wipes ~/.gpuroom anyway
 
@@ -112,17 +118,18 @@ def _isolated_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def start_room(room_config: Path, tmp_path: Path) -> Iterator[Any]:
-    """start_room(term) -> TmuxPane running gpuroom; the tmux server dies at teardown."""
+    """start_room(term, config, width) -> TmuxPane running gpuroom; the tmux server dies at
+    teardown."""
     panes: list[TmuxPane] = []
     pids: list[int] = []
 
-    def start(term: str, config: Path = room_config) -> TmuxPane:
+    def start(term: str, config: Path = room_config, width: int = 120) -> TmuxPane:
         conf_dir = tmp_path / f"tmux-{len(panes)}"
         conf_dir.mkdir()
         pane = TmuxPane.start(
             [str(GPUROOM_BIN), "--config", str(config)],
             env=_isolated_env(tmp_path), cwd=tmp_path, config_dir=conf_dir,
-            width=120, height=40, default_terminal=term,
+            width=width, height=40, default_terminal=term,
         )
         panes.append(pane)
         pid = pane.pane_pid()
@@ -218,7 +225,13 @@ def test_add_kill_relaunch_in_tmux(start_room: Any, room_config: Path) -> None:
     assert WIDE_COLOUR_RE.search(pane.capture(escapes=True))
 
     _fill_add_form(pane)
-    [job] = _jobs(room_config)
+    # The form closes when the add is sent; the box records it once a runner is live, so the
+    # queue is read until it holds the job (bounded), not once.
+    deadline = time.monotonic() + STEP_S
+    while not (jobs := _jobs(room_config)):
+        assert time.monotonic() < deadline, "the added job never reached the box's queue"
+        time.sleep(0.2)
+    [job] = jobs
     job_id = job["id"]
     # What the form sent is what the box queued: argv split once, never through a shell.
     assert job["name"] == JOB_NAME, job
@@ -328,5 +341,132 @@ def test_keys_with_16_colours(start_room: Any, sshd_box: Any, tmp_path: Path) ->
     pane.wait_until(lambda s: _host_up("box")(s) and "filter hosts" not in s, STEP_S,
                     "filter cleared")
 
+    pane.send_keys("q")
+    assert pane.wait_exit(STEP_S) == 0
+
+
+# ------------------------------------------------------------------ issue 17: items 4 and 10
+
+# A python3 for hosts.toml that runs the helper with the NVML stand-in of tests/fakes/nvml.py
+# (two GPUs answering what the real `nvidia-smi -q` captures in fixtures/throttle/ say: the A10
+# in HW slowdown and power brake, the RTX 2080 at its SW power cap). Only the GPU boundary is
+# replaced; the helper, sshd, the link and the room are the real ones.
+_NVML_PYTHON = """#!/usr/bin/python3
+import os, runpy, sys, types
+if len(sys.argv) < 2 or not sys.argv[1].endswith(".pyz"):  # the helper check: python3 -c ...
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+helper = sys.argv[1]
+sys.path[:0] = [helper, {fakes!r}]
+import pynvml as real  # the helper's own copy, shipped in its zipapp
+from nvml import FakeNvml
+fake, board = FakeNvml(), types.ModuleType("pynvml")
+board.__dict__.update(real.__dict__)
+board.__dict__.update({{n: getattr(fake, n) for n in dir(fake) if n.startswith("nvml")}})
+board.nvmlInit = lambda: None
+sys.modules["pynvml"] = board
+sys.path.remove({fakes!r})
+sys.argv = sys.argv[1:]
+runpy.run_path(helper, run_name="__main__")
+"""
+
+
+@pytest.fixture
+def nvml_python(sshd_box: Any) -> Iterator[Path]:
+    """The wrapper above, in the test user's home with the stand-in beside it."""
+    from fakes import FAKES
+
+    root = sshd_box.home / "gpuroom-e2e-nvml"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "fakes").mkdir(parents=True)
+    shutil.copyfile(FAKES / "nvml.py", root / "fakes" / "nvml.py")
+    try:
+        yield box_python(root, _NVML_PYTHON.format(fakes=str(root / "fakes")), sshd_box.user)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_throttle_reasons_in_the_gpu_pane(start_room: Any, sshd_box: Any, tmp_path: Path,
+                                          nvml_python: Path) -> None:
+    """Issue 17 item 4: the throttle capture's active reasons reach the GPU pane."""
+    config = tmp_path / "gpu.toml"
+    config.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
+        "hosts": {"box": {"ssh": sshd_box.alias, "python": str(nvml_python)}},
+    }).encode())
+    # 160 columns: the GPU pane has room for both reasons whole (narrower, they end in "…").
+    pane = start_room("screen-256color", config, width=160)
+    screen = pane.wait_until(lambda s: "HwSlow,PwrBrake" in s and "SwPwrCap" in s, STEP_S,
+                             "the throttle reasons in the GPU pane")
+    rows = {line.split()[0]: line for line in screen.splitlines()
+            if line.split()[:1] in (["0"], ["1"]) and "/" in line}
+    assert "HwSlow,PwrBrake" in rows["0"] and "SwPwrCap" in rows["1"], screen
+    assert "2x mixed" in screen  # the hosts table counts both boards
+    pane.send_keys("q")
+    assert pane.wait_exit(STEP_S) == 0
+
+
+def _state_cell(screen: str, host: str) -> str | None:
+    found = re.search(rf"^\s*{re.escape(host)}\s+(STALE \S+|DOWN(?: \S+)?|UP)\b", screen, re.M)
+    return found.group(1) if found else None
+
+
+def _flat(screen: str) -> str:
+    """The screen's words in one line: a pane wraps a long error at its own width."""
+    return " ".join(screen.replace("│", " ").split())
+
+
+@pytest.mark.netns
+@pytest.mark.attack("faults", "the box behind a ProxyJump stops answering, then the jump "
+                              "itself: each failure is named by its hop, with a fix")
+def test_unreachable_host_in_tmux(start_room: Any, jump_topology: Any, tmp_path: Path) -> None:
+    """Issue 17 item 10 against real sshds behind a real ProxyJump: the panes say why with the
+    fix and the failing hop, the age ticks, the next try is announced, and `s` leaves ssh's
+    own words on screen."""
+    topo = jump_topology
+    config = _write_hosts(tmp_path / "far.toml", topo.ssh_config, (topo.box_alias,))
+    pane = start_room("screen-256color", config)
+    pane.wait_until(_host_up(topo.box_alias), STEP_S, "the box behind the jump UP")
+
+    topo.box_sshd.kill_all()  # the box's sshd and its sessions: the link drops
+    behind = f"the jump host 'jump' answered, but '{topo.box_alias}' behind it did not"
+    screen = pane.wait_until(lambda s: behind in _flat(s), STEP_S * 2,
+                             "the error naming the hop that failed")
+    flat = _flat(screen)
+    assert "Fix: check the box from the jump host (ssh jump" in flat, screen
+    assert re.search(r"next try (in \d+ s|now)", flat), screen
+    first = _state_cell(screen, topo.box_alias)
+    assert first is not None and first.startswith("STALE "), screen
+    # Nothing answers and nothing polls in between: only the room's own tick moves the age.
+    screen = pane.wait_until(lambda s: (c := _state_cell(s, topo.box_alias)) is not None
+                             and c != first and c.startswith("STALE "), 5.0,
+                             "the STALE age to tick")
+
+    topo.jump_sshd.kill_all()
+    pane.wait_until(lambda s: "cannot reach the jump host 'jump' (ProxyJump of "
+                    f"'{topo.box_alias}')" in _flat(s), STEP_S * 4, "the jump named as failing")
+
+    # `s`: the real ssh fails; its own last words stay on screen once the room is back.
+    pane.send_keys("s")
+    pane.wait_until(lambda s: f"ssh {topo.box_alias} exited with status 255: " in _flat(s),
+                    STEP_S * 2, "ssh's own error after s")
+    pane.send_keys("q")
+    assert pane.wait_exit(STEP_S) == 0
+
+
+@pytest.mark.skipif(Path("/workspace").exists(), reason="this machine has a /workspace")
+def test_profile_mount_not_there_in_tmux(start_room: Any, sshd_box: Any, tmp_path: Path) -> None:
+    """Issue 17 item 14 on the real helper: the RunPod profile's /workspace, never listed in
+    hosts.toml, is watched; on this box it does not exist, which the disk pane says in one line
+    and the banner explains."""
+    config = tmp_path / "pod.toml"
+    config.write_bytes(tomli_w.dumps({
+        "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5},
+        "hosts": {"box": {"ssh": sshd_box.alias, "profile": "runpod"}},
+    }).encode())
+    pane = start_room("screen-256color", config)
+    screen = pane.wait_until(lambda s: "/workspace: not mounted" in s, STEP_S,
+                             "the missing mount in the disk pane")
+    assert "FileNotFoundError" not in screen
+    assert "/workspace: not mounted, but the RunPod profile expects its volume" in screen
     pane.send_keys("q")
     assert pane.wait_exit(STEP_S) == 0

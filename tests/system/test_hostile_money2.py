@@ -150,7 +150,7 @@ def test_a_pushed_secret_reaches_the_job_and_no_view(
     out = sshd_box.home / "seen.txt"
     script = ("import hashlib,os,sys; open(sys.argv[1],'w').write(hashlib.sha256("
               "os.environ['WANDB_API_KEY'].encode()).hexdigest()+' '+os.environ['HF_TOKEN'])")
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box",
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--json",
                        "--secret", "WANDB=WANDB_API_KEY", "--env", f"HF_TOKEN={plain}",
                        "--env", "OMP_NUM_THREADS=3", "--", "python3", "-c", script, str(out))
     assert rc == 0 and doc["ok"], doc
@@ -185,7 +185,7 @@ def test_a_pushed_secret_reaches_the_job_and_no_view(
 
 def test_a_secret_not_pushed_is_refused_at_queue_add(
         box_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box",
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--json",
                        "--secret", "NEVER_PUSHED", "--", "true")
     assert rc == 1 and not doc["ok"]
     assert "gpuroom secret push HOST NEVER_PUSHED" in doc["error"]

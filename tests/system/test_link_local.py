@@ -68,6 +68,9 @@ async def test_second_link_reuses_deployed_helper(home: Path) -> None:
     assert target.stat().st_ino == before  # not rewritten
 
 
+@pytest.mark.attack(
+    "bad answers",
+    "a tampered helper file on the box: its hash does not match and it is replaced")
 async def test_corrupt_helper_is_replaced(home: Path) -> None:
     link = HostLink(HostConfig(name="local", local=True))
     target = home / link.archive.remote_path
@@ -78,6 +81,7 @@ async def test_corrupt_helper_is_replaced(home: Path) -> None:
     assert link.uploads == 1 and target.read_bytes() == link.archive.data
 
 
+@pytest.mark.attack("bad answers", "an oversized answer from the local helper: a link error")
 async def test_oversized_answer_is_a_link_error(home: Path) -> None:
     link = HostLink(HostConfig(name="local", local=True), output_cap=200)
     with pytest.raises(LinkError, match="exceeded 200 bytes"):
@@ -86,6 +90,9 @@ async def test_oversized_answer_is_a_link_error(home: Path) -> None:
     await link.close()
 
 
+@pytest.mark.attack(
+    "bad configuration",
+    "a host with a configuration error is DOWN while the others are UP")
 async def test_host_with_config_error_is_down_others_up(home: Path) -> None:
     config = Config(path=home / "hosts.toml")
     config.hosts["local"] = HostConfig(name="local", local=True)

@@ -114,6 +114,10 @@ async def test_spawned_ssh_for_bulk_bytes_puts_aes_gcm_first_unless_the_config_n
         assert f"server->client cipher: {want}" in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.attack(
+    "host keys",
+    "an unknown host key on the link: refused with its fingerprint and the ssh-keyscan "
+    "line, nothing run on the box")
 async def test_unknown_host_key_refused_with_fingerprint(box: Any, tmp_path: Path) -> None:
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
@@ -129,6 +133,9 @@ async def test_unknown_host_key_refused_with_fingerprint(box: Any, tmp_path: Pat
     assert not (box.home / ".gpuroom").exists()  # nothing ran on an unverified box
 
 
+@pytest.mark.attack(
+    "host keys",
+    "a changed host key in known_hosts: refused as CHANGED with the ssh-keygen -R fix")
 async def test_changed_host_key_refused_as_changed(box: Any, tmp_path: Path) -> None:
     import asyncssh
 
@@ -149,6 +156,10 @@ def _fingerprint(pub_line: str) -> str:
     return str(asyncssh.import_public_key(pub_line).get_fingerprint("sha256"))
 
 
+@pytest.mark.attack(
+    "faults",
+    "sshd and every session killed between polls: STALE with the last snapshot, no "
+    "verdict on jobs, UP again once it is back")
 async def test_killed_sshd_goes_stale_then_recovers(box: Any, tmp_path: Path) -> None:
     config = Config(path=tmp_path / "h.toml", settings=Settings(ssh_config=str(box.ssh_config)))
     config.hosts["box"] = HostConfig(name="box", ssh=box.alias)
@@ -171,6 +182,9 @@ async def test_killed_sshd_goes_stale_then_recovers(box: Any, tmp_path: Path) ->
         await fleet.close()
 
 
+@pytest.mark.attack(
+    "faults",
+    "a frozen box (TCP open, nothing answers): STALE within the request deadline, then recovers")
 async def test_frozen_box_is_stale_within_deadline(box: Any) -> None:
     link = HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config,
                     request_timeout_s=2.0)
@@ -190,6 +204,9 @@ async def test_frozen_box_is_stale_within_deadline(box: Any) -> None:
         await link.close()
 
 
+@pytest.mark.attack(
+    "bad configuration",
+    "python = an interpreter the box lacks: named, with the fix")
 async def test_box_without_python_says_so(box: Any) -> None:
     link = HostLink(HostConfig(name="box", ssh=box.alias, python="python3-not-here"),
                     ssh_config=box.ssh_config)
@@ -204,6 +221,9 @@ async def test_box_without_python_says_so(box: Any) -> None:
 HOSTILE_STDERR = r"boom \033]52;c;ZXZpbA==\007\033[2J[@click=app.quit]x[/]\n"
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "OSC 52, CSI 2J and Textual markup on the box's stderr: the host error is one inert line")
 async def test_box_stderr_in_a_host_error_is_inert(box: Any, tmp_path: Path) -> None:
     fake = box.home / "python-that-fails"
     fake.write_text(f"#!/bin/sh\nprintf '{HOSTILE_STDERR}' >&2\nexit 3\n")
@@ -221,6 +241,7 @@ async def test_box_stderr_in_a_host_error_is_inert(box: Any, tmp_path: Path) -> 
     assert not any(c in error for c in "\x1b\x07\n"), repr(error)
 
 
+@pytest.mark.attack("bad answers", "an interpreter that prints text instead of the helper's JSON")
 async def test_helper_answer_not_json_is_host_error(box: Any) -> None:
     # `echo` stands in for an interpreter whose output is not the helper's JSON.
     link = HostLink(HostConfig(name="box", ssh=box.alias, python="echo"),
@@ -230,6 +251,9 @@ async def test_helper_answer_not_json_is_host_error(box: Any) -> None:
     await link.close()
 
 
+@pytest.mark.attack(
+    "bad answers",
+    "an answer over the output cap: a host error and the connection dropped")
 async def test_answer_over_cap_drops_connection(box: Any) -> None:
     link = HostLink(HostConfig(name="box", ssh=box.alias), ssh_config=box.ssh_config,
                     mode="exec", output_cap=300)
@@ -239,6 +263,10 @@ async def test_answer_over_cap_drops_connection(box: Any) -> None:
     await link.close()
 
 
+@pytest.mark.attack(
+    "bad configuration",
+    "an alias with shell metacharacters, an unknown alias and a host without ssh: each "
+    "fails alone, the good host is UP")
 def test_bad_hosts_fail_alone(box: Any, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     config = hosts_toml(tmp_path, box.ssh_config, {

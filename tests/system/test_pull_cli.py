@@ -94,6 +94,7 @@ EVIL_JOB = ("import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],"
             f"{EVIL_NAME!r}),'wb').write(b'y'*77)")
 
 
+@pytest.mark.attack("hostile text", "pull report of a hostile file name is inert")
 def test_pull_report_of_a_hostile_file_name_is_inert(
         box_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = box_config

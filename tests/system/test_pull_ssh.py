@@ -88,6 +88,7 @@ async def test_pull_torch_checkpoint_dir(sshd_box: Any, tmp_path: Path) -> None:
     assert {f["path"] for f in record["files"]} == set(by_path)
 
 
+@pytest.mark.attack("faults", "interrupted pull resends only missing bytes")
 @pytest.mark.parametrize("method", METHODS)
 async def test_interrupted_pull_resends_only_missing_bytes(
         sshd_box: Any, tmp_path: Path, method: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,6 +139,7 @@ async def test_interrupted_pull_resends_only_missing_bytes(
     assert not part.exists()
 
 
+@pytest.mark.attack("faults", "box dying mid pull leaves no orphaned errors")
 @pytest.mark.parametrize("method", ["sftp", pytest.param("openssh", marks=needs_ssh)])
 async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
         sshd_box: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, method: str) -> None:
@@ -166,6 +168,7 @@ async def test_box_dying_mid_pull_leaves_no_orphaned_errors(
     assert 0 < (tmp_path / "out" / "big.bin.part").stat().st_size < size
 
 
+@pytest.mark.attack("faults", "byte flipped after manifest fails and leaves nothing")
 async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(
         sshd_box: Any, tmp_path: Path) -> None:
     src = box_dir(sshd_box, "ckpt_flip")
@@ -198,6 +201,7 @@ async def test_byte_flipped_after_manifest_fails_and_leaves_nothing(
     assert load_records(state) == []
 
 
+@pytest.mark.attack("faults", "file rewritten during pull is refetched whole")
 @pytest.mark.parametrize("deferred", [False, True], ids=["hashed-first", "hashed-in-flight"])
 async def test_file_rewritten_during_pull_is_refetched_whole(
         sshd_box: Any, tmp_path: Path, deferred: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,6 +234,7 @@ async def test_file_rewritten_during_pull_is_refetched_whole(
     assert (seen[-1].done, seen[-1].total) == (len(new), len(new))  # progress ends at 100 %
 
 
+@pytest.mark.attack("faults", "file deleted on the box during pull fails alone")
 @pytest.mark.parametrize("method", METHODS)
 async def test_file_deleted_on_the_box_during_pull_fails_alone(
         sshd_box: Any, tmp_path: Path, method: str) -> None:
@@ -302,6 +307,7 @@ async def test_big_files_are_hashed_on_the_box_while_they_travel(
     assert {f.path: f.detail for f in again.files} == dict.fromkeys(blobs, "already here")
 
 
+@pytest.mark.attack("faults", "truncated checkpoint passes no load test")
 async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path: Path) -> None:
     import torch
 
@@ -318,6 +324,7 @@ async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path:
     assert load_records(state) == []
 
 
+@pytest.mark.attack("injection", "symlink on box is refused")
 async def test_symlink_on_box_is_refused(sshd_box: Any, tmp_path: Path) -> None:
     src = box_dir(sshd_box, "ckpt_link")
     (src / "ok.bin").write_bytes(b"fine")
@@ -331,6 +338,7 @@ async def test_symlink_on_box_is_refused(sshd_box: Any, tmp_path: Path) -> None:
         "symlink") == 1
 
 
+@pytest.mark.attack("injection", "paths outside local dir are refused")
 def test_paths_outside_local_dir_are_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -340,6 +348,7 @@ def test_paths_outside_local_dir_are_refused(tmp_path: Path) -> None:
     assert safe_local_path(out, "sub/ok.pt") == out.resolve() / "sub" / "ok.pt"
 
 
+@pytest.mark.attack("faults", "stale part of another version is refetched")
 @pytest.mark.parametrize("method", METHODS)
 async def test_stale_part_of_another_version_is_refetched(
         sshd_box: Any, tmp_path: Path, method: str) -> None:

@@ -12,20 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.queuebox import CLI, Box, alive, wait_until
+from harness.queuebox import CLI, Box, alive, queue_box, wait_until
 
 from gpuroom.remote.queue import parse_tmux_ls
 
 
 @pytest.fixture
 def box(tmp_path: Path) -> Iterator[Box]:
-    b = Box(tmp_path)
-    # Every runner of this test leaves soon after the queue empties.
-    b.json("config", "--idle-exit", "1")
-    try:
-        yield b
-    finally:
-        b.cleanup()
+    yield from queue_box(tmp_path)
 
 
 def test_output_reaches_the_log_while_the_job_runs(box: Box) -> None:
@@ -91,6 +85,7 @@ def test_relaunch_of_a_running_job_is_refused(box: Box) -> None:
     box.run("kill", job, "--grace", "1")
 
 
+@pytest.mark.attack("faults", "runner kill9 mid job leaves an exact record")
 @pytest.mark.parametrize("finish_while_dead", [False, True])
 def test_runner_kill9_mid_job_leaves_an_exact_record(box: Box, finish_while_dead: bool) -> None:
     job = box.add("sh", "-c", "echo ran >> runs.txt; sleep 1.5; echo done")
@@ -109,6 +104,7 @@ def test_runner_kill9_mid_job_leaves_an_exact_record(box: Box, finish_while_dead
     assert log.count(b"=== gpuroom") == 1 and log.endswith(b"done\n")
 
 
+@pytest.mark.attack("faults", "runner death inside a launch runs the job exactly once")
 @pytest.mark.parametrize("point", ["after_launching", "after_spawn"])
 def test_runner_death_inside_a_launch_runs_the_job_exactly_once(box: Box, point: str) -> None:
     crash_env = dict(box.env, GPUROOM_QUEUE_CRASH_AT=point)
@@ -129,6 +125,7 @@ def test_runner_death_inside_a_launch_runs_the_job_exactly_once(box: Box, point:
         assert box.events(job)[2]["recovered"] is True
 
 
+@pytest.mark.attack("faults", "simulated reboot requeues orphaned jobs")
 def test_simulated_reboot_requeues_orphaned_jobs(box: Box) -> None:
     env_a = dict(box.env, GPUROOM_BOOT_ID="boot-A")
     job = box.add("sh", "-c", "if [ -e again ]; then echo second; exit 0; fi; touch again; "
@@ -167,6 +164,7 @@ def test_dead_wrapper_under_the_same_boot_is_vanished_and_not_retried_without_re
     assert "without an exit status" in final["reason"]
 
 
+@pytest.mark.attack("faults", "torn last line still loads")
 def test_torn_last_line_still_loads(box: Box) -> None:
     job = box.add("true")
     box.wait_state(job, ("succeeded",))
@@ -184,6 +182,7 @@ def test_torn_last_line_still_loads(box: Box) -> None:
     assert len(doc["warnings"]) == 1 and "unreadable" in doc["warnings"][0]
 
 
+@pytest.mark.attack("faults", "two runners at once one wins")
 def test_two_runners_at_once_one_wins(box: Box) -> None:
     box.add("true", opts=("--no-start",))
     args = [*CLI, "runner", "--idle-exit", "1"]
@@ -265,6 +264,7 @@ def test_checked_sync_records_synced_only_after_verifying(box: Box, tmp_path: Pa
     assert final["attempts"][0]["exit_code"] == 0
 
 
+@pytest.mark.attack("faults", "sync failure is recorded not hidden")
 def test_sync_failure_is_recorded_not_hidden(box: Box, tmp_path: Path) -> None:
     blocked = tmp_path / "durable-is-a-file"
     blocked.write_text("not a directory")  # mkdir under it fails, like an inode-full disk
@@ -311,6 +311,7 @@ def test_start_falls_back_to_setsid_without_tmux(box: Box, tmp_path: Path) -> No
     box.run("kill", job, "--grace", "1")
 
 
+@pytest.mark.attack("faults", "kill with a dead runner starts one that adopts and kills")
 def test_kill_with_a_dead_runner_starts_one_that_adopts_and_kills(box: Box) -> None:
     job = box.add("sleep", "30")
     pid = box.wait_state(job, ("running",))["attempts"][0]["pid"]
@@ -412,3 +413,45 @@ def test_runner_session_stays_off_the_users_own_tmux(box: Box, tmp_path: Path) -
         plain = {k: v for k, v in env.items() if k != "TMUX"}
         subprocess.run([tmux, "kill-server"], env=plain, timeout=10, check=False,
                        capture_output=True)
+
+
+def test_display_processes_hold_no_gpu_and_a_waiting_job_says_why(
+        box: Box, tmp_path: Path, fixtures: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 17 item 9. GPU 0 as the real capture shows it: Xorg and gnome-shell (type G) on
+    # it, which is no run to collide with; GPU 1 held by a foreign compute process (GEN7).
+    from gpuroom.remote.gpu import parse_nvsmi_table
+    from gpuroom.tui.cli.queue import _print_jobs
+
+    text = (fixtures / "nvsmi_table" / "driver460-gtx1080-with-processes.txt").read_text()
+    capture = parse_nvsmi_table(text.split("\n---\n", 1)[-1])
+    display = [p for p in capture["processes"] if p["gpu"] == 0]
+    assert {p["type"] for p in display} == {"G"}
+    inventory = tmp_path / "gpus.json"
+    inventory.write_text(json.dumps({"gpus": [
+        {"index": 0, "processes": display},
+        {"index": 1, "processes": [{"pid": 1, "type": "C"}]}]}))
+    env = dict(box.env, GPUROOM_GPUS_JSON=str(inventory))
+    box.json("config", "--slots", "2", "--idle-exit", "30", env=env)
+    first = box.add("sleep", "30", env=env, opts=("--no-start",))
+    second = box.add("true", env=env, opts=("--no-start",))
+    third = box.add("true", env=env, opts=("--no-start",))
+    assert box.job(first)["waiting"].startswith("no runner")
+    box.json("start", env=env)
+    assert box.wait_state(first, ("running",))["attempts"][0]["gpus"] == [0]
+
+    def reasons() -> list[str] | None:
+        jobs = {j["id"]: j for j in box.ls()["jobs"]}
+        got = [jobs[second]["waiting"], jobs[third]["waiting"]]
+        return got if all(got) else None
+
+    assert wait_until(reasons, 10, "wait reasons") == [
+        "GPU 1 held by pid 1 (GEN7); wants 1 GPU(s), 0 free", f"waiting behind {second}"]
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width: one line per row
+    _print_jobs(box.ls())
+    out = capsys.readouterr().out
+    assert "waits for" in out and "held by pid 1" in out
+    box.json("config", "--slots", "1", env=env)
+    slot = [f"waiting for a slot (1 of 1 in use: {first})"] * 2
+    wait_until(lambda: reasons() == slot, 10, "the reasons of one slot")
+    box.run("kill", first, "--grace", "1")

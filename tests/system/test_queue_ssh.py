@@ -46,6 +46,7 @@ def wait_all_done(capsys: pytest.CaptureFixture[str], config: Path, n: int) -> d
         time.sleep(0.5)
 
 
+@pytest.mark.attack("faults", "three jobs finish after the jump host leaves")
 def test_three_jobs_finish_after_the_jump_host_leaves(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     jobs = [["sh", "-c", "echo one; sleep 1"], ["sh", "-c", "echo two >&2; exit 3"],
@@ -53,8 +54,8 @@ def test_three_jobs_finish_after_the_jump_host_leaves(
     ids = []
     for argv in jobs:
         # Each CLI call opens and closes its own connection: nothing stays attached.
-        rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
-                           *argv)
+        rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "--json",
+                           "box", "--", *argv)
         assert rc == 0 and doc["ok"], doc
         ids.append(doc["job"])
     # Drop every sshd session too, like a jump host that lost its link.
@@ -75,14 +76,15 @@ def test_three_jobs_finish_after_the_jump_host_leaves(
     assert rc == 0 and "two" in capsys.readouterr().out
 
 
+@pytest.mark.attack("injection", "argv arrives byte identical over ssh")
 def test_argv_arrives_byte_identical_over_ssh(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = sshd_box.home / "argv.json"
     nasty = ["it's", '"double"', "$HOME", "`id`", "a; rm -rf ~", "line1\nline2", "héllo ✓",
              "*", "", "-n", "back\\slash"]
     script = "import json,sys; open(sys.argv[1],'w').write(json.dumps(sys.argv[2:]))"
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
-                       "python3", "-c", script, str(out), *nasty)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "--json", "box",
+                       "--", "python3", "-c", script, str(out), *nasty)
     assert rc == 0, doc
     wait_all_done(capsys, box_config, 1)
     assert json.loads(out.read_text()) == nasty
@@ -91,22 +93,23 @@ def test_argv_arrives_byte_identical_over_ssh(
 def test_kill_and_relaunch_from_jump_host(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     marker = sshd_box.home / "runs.txt"
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--",
-                       "sh", "-c", f"echo run >> {marker}; sleep 60")
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "--json", "box",
+                       "--", "sh", "-c", f"echo run >> {marker}; sleep 60")
     job = doc["job"]
     deadline = time.monotonic() + WAIT_S
     while not marker.exists():
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job, "--json")
     assert rc == 0 and doc["result"] == "killed", doc
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "relaunch", "box", job)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "relaunch", "box", job,
+                       "--json")
     assert rc == 0, doc
     deadline = time.monotonic() + WAIT_S
     while marker.read_text().count("run") < 2:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job)
+    rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "kill", "box", job, "--json")
     assert rc == 0
     rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "ls", "box", "--json")
     [j] = doc["jobs"]
@@ -115,6 +118,7 @@ def test_kill_and_relaunch_from_jump_host(
     assert all(a["end_reason"] == "killed" for a in j["attempts"]), j["attempts"]
 
 
+@pytest.mark.attack("hostile text", "box stderr reaches the cli inert")
 def test_box_stderr_reaches_the_cli_inert(
         sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A box whose queue helper fails, writing escape sequences and markup to stderr: the
@@ -135,3 +139,31 @@ def test_box_stderr_reaches_the_cli_inert(
         assert "box" in captured.err and "boom" in captured.err, (argv, captured)
         for stream in (captured.out, captured.err):
             assert "\x1b" not in stream and "\x07" not in stream, (argv, repr(stream))
+
+
+def test_add_kill_and_relaunch_answer_in_words_json_on_request(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 17 item 16: they printed the box's raw JSON; ids jumped j1 -> j5 -> j9.
+    def say(*argv: str) -> tuple[int, str]:
+        rc = main(["--config", str(box_config), "queue", *argv])
+        out = capsys.readouterr()
+        assert "Traceback" not in out.err
+        # A failed action is one line on stderr (after any warning of the config's mode).
+        text = out.out if rc == 0 or "--json" in argv else out.err
+        return rc, text.strip().splitlines()[-1]
+
+    assert say("add", "box", "--", "true") == (0, "box: added j1 to queue default")
+    wait_all_done(capsys, box_config, 1)
+    rc, out = say("add", "box", "--name", "sleeper", "--", "sleep", "60")
+    assert (rc, out) == (0, "box: added j2 to queue default")
+    rc, out = say("kill", "box", "j2")
+    # Killed while it ran, or before the runner started it (then it was 'queued').
+    assert rc == 0 and out in ("box: j2 killed (SIGTERM)", "box: j2 killed (queued)"), out
+    rc, out = say("relaunch", "box", "j2")
+    assert (rc, out) == (0, "box: j2 requeued: the same command runs as a new attempt")
+    rc, out = say("kill", "box", "j2", "--json")
+    assert rc == 0 and json.loads(out)["result"] == "killed"
+    rc, out = say("kill", "box", "j1")
+    assert (rc, out) == (1, "box: j1 not killed: job is succeeded")
+    rc, out = say("add", "box", "--json", "--", "true")
+    assert rc == 0 and json.loads(out)["job"] == "j3"

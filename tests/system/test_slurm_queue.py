@@ -45,15 +45,8 @@ FINAL = ("succeeded", "failed", "killed", "removed")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[slurm_harness.SlurmCluster]:
-    reason = slurm_harness.missing_requirements()
-    if reason is not None:
-        pytest.skip(reason)
-    c = slurm_harness.SlurmCluster.create()
-    try:
-        c.start()
+    with slurm_harness.running_cluster() as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +162,7 @@ def test_submitted_job_runs_and_its_log_tails_in_the_room(
 
 def test_failing_job_exit_code_reaches_queue_ls(
         slurm_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, doc = cli_json(capsys, "--config", str(slurm_host), "queue", "add", "--name",
+    rc, doc = cli_json(capsys, "--config", str(slurm_host), "queue", "add", "--json", "--name",
                        "fails", "box", "--", "sh", "-c", "echo about to fail; exit 7")
     assert rc == 0 and doc["ok"] and doc["slurm_id"], doc
     done = wait_job(capsys, slurm_host, doc["job"], FINAL, timeout=30)
@@ -183,7 +176,7 @@ def test_failing_job_exit_code_reaches_queue_ls(
 def test_K_path_scancels_a_running_job(
         slurm_host: Path, cluster: slurm_harness.SlurmCluster,
         capsys: pytest.CaptureFixture[str]) -> None:
-    rc, doc = cli_json(capsys, "--config", str(slurm_host), "queue", "add", "--name",
+    rc, doc = cli_json(capsys, "--config", str(slurm_host), "queue", "add", "--json", "--name",
                        "sleeper", "box", "--", "sleep", "300")
     assert rc == 0 and doc["ok"], doc
     wait_job(capsys, slurm_host, doc["job"], ("running",), timeout=30)

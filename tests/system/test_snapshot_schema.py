@@ -14,26 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import NVIDIA_SMI
-from harness.boxenv import probe_with_a_broken_section, python_with_env
+from harness import gpubox
+from harness.boxenv import probe_with_a_broken_section
 
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.snapshot import Origin, Snapshot, keys_seen, schema_keys
 from gpuroom.tui.transport.link import HostLink
 
-# A GPU table with two cards, and the plain table listing their processes
-# (--query-compute-apps has no capture, so the helper falls back to it).
-SMI_CAPTURES = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
-                "nvsmi_table/driver460-gtx1080-with-processes.txt")
 WAIT_S = 60.0
 
 
@@ -45,28 +38,13 @@ def missing(origin: Origin, docs: list[Any]) -> set[str]:
 
 @pytest.fixture
 def gpu_python(sshd_box: Any, fixtures: Path) -> Iterator[Path]:
-    """An interpreter path for hosts.toml's ``python``: the box's python3 with the replay in
-    its environment. Everything it needs is copied into the test user's home, so the box
-    reads nothing of the jump host's checkout."""
-    user = pwd.getpwnam(sshd_box.user)
-    root = sshd_box.home / "gpuroom-schema-test"
-    shutil.rmtree(root, ignore_errors=True)
-    for rel in SMI_CAPTURES:
-        (root / "fixtures" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fixtures / rel, root / "fixtures" / rel)
-    shutil.copy(NVIDIA_SMI, root / "nvidia-smi")
-    env = {"GPUROOM_NVIDIA_SMI": str(root / "nvidia-smi"),
-           "GPUROOM_FAKE_NVSMI": ":".join(SMI_CAPTURES),
-           "GPUROOM_FIXTURES": str(root / "fixtures")}
-    wrapper = python_with_env(root / "python3", env)
-    for path in (root, *root.rglob("*")):
-        os.chown(path, user.pw_uid, user.pw_gid)
+    """hosts.toml's ``python`` for the box with the GPU replay (tests/harness/gpubox.py)."""
     try:
-        yield wrapper
+        with gpubox.gpu_python(sshd_box, fixtures, "gpuroom-schema-test") as wrapper:
+            yield wrapper
     finally:
         # The runner lives in the test user's tmux server, outside sshd's tree: end it here.
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def _queue(link: HostLink, *args: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import PullRecords
 from gpuroom.tui.model import HostState, LinkState
@@ -24,7 +25,6 @@ from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
 from gpuroom.tui.rules.gate import Record
 from gpuroom.tui.rules.watch import cached_profile
-from gpuroom.tui.sanitize import sanitize_line
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -73,36 +73,25 @@ def _failed(states: list[HostState], findings: list[Finding], now: float) -> lis
 
 
 def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console()
     for d in fleet_dangers(banner_lines(findings, clocks, limit=None), failed)[:3]:
-        console.print(Text(sanitize_line(d.text),
-                           style="bold red" if d.level == "crit" else "yellow"))
-    table = Table(title="gpuroom doctor (ids: docs/GOTCHAS.md)")
-    for col in ("sev", "host", "id", "finding", "seen", "fix"):
-        table.add_column(col)
+        print_line(d.text, "bold red" if d.level == "crit" else "yellow")
+    # Remote text (kernel lines, a process's own name in them, error messages) is in every
+    # column: tables.py makes each cell inert.
+    table = box_table("gpuroom doctor (ids: docs/GOTCHAS.md)",
+                      ("sev", "host", "id", "finding", "seen", "fix"))
     for f in findings:
-        # Remote text (kernel lines, a process's own name in them, error messages): Text so
-        # it is not read as markup, sanitized so its escape sequences stay off the terminal.
-        table.add_row(f.severity, Text(f.host), f.id,
-                      *(Text(sanitize_line(x)) for x in (f.title, f.seen, f.fix)))
+        add_row(table, (f.severity, f.host, f.id, f.title, f.seen, f.fix))
     for d in failed:
-        table.add_row("critical", Text(sanitize_line(d.host)), "job", Text(sanitize_line(d.text)),
-                      "-",
-                      "read its log: gpuroom queue logs HOST JOB")
+        add_row(table, ("critical", d.host, "job", d.text, "-",
+                        "read its log: gpuroom queue logs HOST JOB"))
     if not findings and not failed:
-        table.add_row("ok", "-", "-", "nothing wrong seen", "-", "-")
-    console.print(table)
+        add_row(table, ("ok", "-", "-", "nothing wrong seen", "-", "-"))
+    print_table(table)
     if clocks:
-        ctable = Table(title="danger clocks")
-        for col in ("sev", "host", "clock", "text"):
-            ctable.add_column(col)
+        ctable = box_table("danger clocks", ("sev", "host", "clock", "text"))
         for c in clocks:
-            ctable.add_row(c.severity, Text(c.host), c.kind, Text(sanitize_line(c.text)))
-        console.print(ctable)
+            add_row(ctable, (c.severity, c.host, c.kind, c.text))
+        print_table(ctable)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

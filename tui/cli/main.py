@@ -17,6 +17,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import add_row, box_table, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
@@ -51,32 +52,26 @@ def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
 
 
 def _print_table(states: list[HostState]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title="gpuroom status")
-    for col in ("host", "state", "hostname", "uptime", "GPUs", "disk", "inodes", "error"):
-        table.add_column(col)
+    table = box_table("gpuroom status", ("host", "state", "hostname", "uptime", "GPUs", "disk",
+                                         "inodes", "error"))
     for s in states:
         snap = s.view
         b, i = _worst_disk(snap)
         uptime = snap.host.uptime_s if snap is not None else None
         hostname = snap.host.hostname if snap is not None else None
-        table.add_row(
+        add_row(table, (
             s.name,
             s.state.value.upper(),
-            Text(sanitize_line(hostname or "-")),
+            hostname or "-",
             fmt_hours(uptime) if uptime else "-",
             str(len(snap.gpus)) if snap is not None else "-",
             fmt_pct(b),
             fmt_pct(i),
-            # Remote text: as a str cell, rich would read "[/]" in it as markup and raise.
             # An UP host names the sections its helper failed to collect (U44).
-            Text(fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
-                 else fmt_cut(failed_sections_text(snap), ERROR_WIDTH)),
-        )
-    Console().print(table)
+            fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
+            else fmt_cut(failed_sections_text(snap), ERROR_WIDTH),
+        ))
+    print_table(table)
 
 
 async def _status(config: cfg.Config) -> list[HostState]:
@@ -128,11 +123,13 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         if not config.hosts:
             print(f"no hosts in {config.path}; gpuroom shows the local machine")
         for h in config.hosts.values():
+            # Names, aliases and errors are whatever the file holds: each field inert, the
+            # tabs between them ours.
             where = "local" if h.local else f"ssh {h.ssh}"
-            line = f"{h.name}\t{where}\tprofile={h.profile}"
+            fields = [h.name, where, f"profile={h.profile}"]
             if h.error:
-                line += f"\tERROR: {h.error}"
-            print(line)
+                fields.append(f"ERROR: {h.error}")
+            print("\t".join(sanitize_line(f) for f in fields))
         return EXIT_OK
     if args.hosts_cmd == "add":
         alias = args.ssh or args.name
@@ -197,7 +194,9 @@ def cmd_room(args: argparse.Namespace) -> int:
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
-                     notify_command=config.settings.notify_command, warnings=config.warnings)
+                     notify_command=config.settings.notify_command,
+                     notify_url=config.settings.notify_url,
+                     renotify_s=config.settings.renotify_s, warnings=config.warnings)
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
@@ -255,8 +254,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     fleet = ReplayFleet(records, speed=args.speed)
     from gpuroom.tui.room.app import GpuroomApp
 
-    app = GpuroomApp(fleet, clock=fleet.now)
-    app.sub_title = f"replay of {args.file} at {args.speed:g}x"
+    app = GpuroomApp(fleet, clock=fleet.now, replay=f"{args.file} at {args.speed:g}x")
     app.run()
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
@@ -323,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.secret import add_cli as add_secret_cli
 
     add_secret_cli(sub)
+    from gpuroom.tui.cli.export import add_cli as add_export_cli
+
+    add_export_cli(sub)
+    from gpuroom.tui.cli.web import add_cli as add_web_cli
+
+    add_web_cli(sub)
     return parser
 
 

@@ -16,23 +16,31 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
+from gpuroom.tui.errors import with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
+from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
-from gpuroom.tui.sanitize import display_line, sanitize_line
-from gpuroom.tui.snapshot import read_queue_view
+from gpuroom.tui.rules.placement import Candidate, choose_host
+from gpuroom.tui.sanitize import LineSplitter, display_line
+from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 
 LOG_CHUNK_BYTES = 256 << 10
+LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
+REDACTED = "<hidden>"  # an env value in queue show --json
+ANY_HOST = "any"  # queue add --host any: the host with the asked GPUs free (or a list a,b)
 
 
 def add_cli(sub: Any) -> None:
     queue = sub.add_parser("queue", help="the job queue on a host")
     qsub = queue.add_subparsers(dest="queue_cmd", required=True)
-    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS...")
-    p.add_argument("host")
+    p = qsub.add_parser("add", help="add a job: gpuroom queue add HOST [opts] -- CMD ARGS... "
+                        "(HOST 'any' or a,b: the host with the asked GPUs and VRAM free now)")
+    p.add_argument("host", help="a configured host, 'any', or a comma-separated list")
     p.add_argument("--name")
     p.add_argument("--gpus", type=int, default=None)
     p.add_argument("--retries", type=int, default=0)
@@ -46,33 +54,74 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    p.add_argument("--retry-on-exit", action="store_true",
+                   help="retry a non-zero exit too (default: only deaths by a signal)")
+    p.add_argument("--after", metavar="JOB[,JOB]",
+                   help="start only after these jobs succeeded; one failing fails this job")
+    p.add_argument("--priority", type=int, help="higher starts first among queued jobs")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
                    help="seconds before the wall for the checkpoint warning (0: none)")
     p.add_argument("--cpus-per-task", type=int)
     p.add_argument("--partition")
+    p.add_argument("--array", help="Slurm job array: 0-9%%2 runs tasks 0..9, two at a time; "
+                   "task 3 is then job jN_3 for logs and kill")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(add_parser=p)
     p = qsub.add_parser("config", help="the queue's settings on a host (Slurm: SLURM_CONF, "
                         "partition, default --time and warning lead)")
     p.add_argument("host")
+    p.add_argument("--slots", type=int,
+                   help="jobs at once (0: one per GPU on a GPU box, 1 on a CPU box)")
+    p.add_argument("--idle-exit", type=float, help="idle seconds before the runner leaves")
+    p.add_argument("--kill-grace", type=float, help="seconds from SIGTERM to SIGKILL on kill")
     p.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands on the login node")
     p.add_argument("--partition")
     p.add_argument("--time")
     p.add_argument("--signal-lead", type=int)
     p.add_argument("--cpus-per-task", type=int)
-    p = qsub.add_parser("ls", help="every job, attempt, exit code and duration")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("ls", help="every job, attempt, exit code and duration, and why a "
+                        "queued job waits")
     p.add_argument("host")
     p.add_argument("--json", action="store_true")
-    for verb in ("kill", "relaunch"):
-        p = qsub.add_parser(verb)
+    for verb, what in (("kill", "kill a job (SIGTERM, then SIGKILL after the grace)"),
+                       ("relaunch", "run a finished job again as a new attempt"),
+                       ("rm", "remove a queued job (a running one must be killed first)"),
+                       ("show", "one job in full: argv, env keys, attempts, checkpoint, log")):
+        p = qsub.add_parser(verb, help=what)
         p.add_argument("host")
         p.add_argument("job")
+        p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("mv", help="move a queued job to a position (0: next to start)")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--to", type=int, required=True, metavar="POS")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    for verb, what in (("pause", "start no new job on the host (running ones go on)"),
+                       ("resume", "start queued jobs again")):
+        p = qsub.add_parser(verb, help=what)
+        p.add_argument("host")
+        p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("edit", help="add a changed copy of a job (argv, env, GPUs) as a new "
+                        "job; the old one is kept: gpuroom queue edit HOST JOB [opts] [-- CMD]")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--name")
+    p.add_argument("--gpus", type=int)
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--unset-env", action="append", default=[], metavar="K")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
+    p.set_defaults(add_parser=p)
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-n", "--lines", type=int, default=None, metavar="N",
+                   help="only the last N lines (like tail -n)")
     queue.set_defaults(func=cmd_queue)
 
 
@@ -88,7 +137,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     try:
-        doc = json.loads(result.stdout)
+        doc = load_answer(result.stdout)
     except ValueError:
         raise LinkError(host, f"queue {what} failed ({result.failure()})") from None
     if not isinstance(doc, dict):
@@ -96,19 +145,43 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     return doc
 
 
-def _write_log(data: bytes, tty: bool) -> None:
-    if tty:
-        for raw in data.splitlines():
-            sys.stdout.write(display_line(raw) + "\n")
+class LogWriter:
+    """A job's log bytes to stdout. On a terminal every line is inert display text, and the
+    line the job is still writing (a progress bar redrawn with "\\r") shows as it looks now,
+    redrawn in place; elsewhere (a pipe, a file) the bytes go out as the box has them."""
+
+    CLEAR_LINE = "\r\x1b[K"  # ours, not the box's: back to column 0, erase the line
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self._splitter = LineSplitter()
+        self._partial = False
+
+    def write(self, data: bytes) -> None:
+        if not self.tty:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        out = [self.CLEAR_LINE] if self._partial else []
+        out += [line + "\n" for line in self._splitter.feed(data)]
+        partial = self._splitter.partial()
+        self._partial = partial is not None
+        if partial is not None:
+            out.append(partial)
+        sys.stdout.write("".join(out))
         sys.stdout.flush()
-    else:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+
+    def close(self) -> None:
+        """End the unfinished line, so the shell prompt starts on its own."""
+        if self._partial:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._partial = False
 
 
 def _slurm_opts(args: argparse.Namespace) -> list[str]:
     opts = []
-    for flag in ("time", "signal_lead", "cpus_per_task", "partition", "slurm_conf"):
+    for flag in ("time", "signal_lead", "cpus_per_task", "partition", "slurm_conf", "array"):
         value = getattr(args, flag, None)
         if value is not None:
             opts += ["--" + flag.replace("_", "-"), str(value)]
@@ -119,14 +192,59 @@ def job_argv(args: argparse.Namespace) -> list[str]:
     """The job's command of `queue add`; options written after HOST (`add HOST --name x --
     cmd`), which REMAINDER swallowed, are parsed into ``args`` as this verb's options."""
     argv = list(args.argv)
-    if argv[:1] and argv[0] != "--" and argv[0].startswith("-") and "--" in argv:
-        cut = argv.index("--")
-        args.add_parser.parse_args([*argv[:cut], args.host], namespace=args)
+    # `edit HOST JOB --env K=V` (no new command): every word is an option of the verb.
+    needs_cut = args.queue_cmd != "edit"
+    if argv[:1] and argv[0] != "--" and argv[0].startswith("-") and (
+            "--" in argv or not needs_cut):
+        cut = argv.index("--") if "--" in argv else len(argv)
+        positionals = [args.host, *([args.job] if args.queue_cmd == "edit" else [])]
+        args.add_parser.parse_args([*argv[:cut], *positionals], namespace=args)
         argv = argv[cut:]
+        args.argv = argv  # parsed once: a second call must not append --env twice
     return argv[1:] if argv[:1] == ["--"] else argv
 
 
+def _many_hosts(host: str) -> bool:
+    return host == ANY_HOST or "," in host
+
+
+async def _place(args: argparse.Namespace) -> int | None:
+    """``add --host any`` (or a list): poll the hosts, pick the one with the asked GPUs and
+    VRAM free (tui/rules/placement.py), say which and why; None when one was picked."""
+    config = load_config(args)
+    hosts = [h.name for h in config.effective_hosts()]
+    wanted = hosts if args.host == ANY_HOST else [h.strip() for h in args.host.split(",")
+                                                   if h.strip()]
+    unknown = [h for h in wanted if h not in hosts]
+    if unknown:
+        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+    fleet = Fleet(config)
+    try:
+        states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
+    finally:
+        await fleet.close()
+    gpus = 1 if args.gpus is None else args.gpus
+    placed = choose_host([Candidate(s.name, s.state, s.view, s.error) for s in states],
+                         gpus, args.vram_mib)
+    for line in placed.seen:
+        print_line(f"  {line}", "dim", err=True)
+    if placed.host is None:
+        print_line(with_fix(f"gpuroom queue add: {placed.why}",
+                            "wait, ask for fewer GPUs or less VRAM, or name a host"),
+                   "red", err=True)
+        return 1
+    print_line(placed.why, err=bool(args.json))
+    args.host = placed.host
+    return None
+
+
 async def _run(args: argparse.Namespace) -> int:
+    if args.queue_cmd == "add" and _many_hosts(args.host):
+        job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
+        refused = await _place(args)
+        if refused is not None:
+            return refused
     fleet, backend = _fleet(args)
     link = fleet.link(args.host)
     try:
@@ -150,16 +268,24 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--secret", item]
             for item in args.output:
                 opts += ["--output", item]
+            if args.retry_on_exit:
+                opts.append("--retry-on-exit")
+            if args.after:
+                opts += ["--after", args.after]
+            if args.priority is not None:
+                opts += ["--priority", str(args.priority)]
             opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
+            for flag in ("slots", "idle_exit", "kill_grace"):
+                value = getattr(args, flag)
+                if value is not None:
+                    opts += ["--" + flag.replace("_", "-"), str(value)]
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
         if args.queue_cmd == "ls":
             doc = _json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
             if args.json:
@@ -167,12 +293,31 @@ async def _run(args: argparse.Namespace) -> int:
             else:
                 _print_jobs(doc)
             return 0
-        if args.queue_cmd in ("kill", "relaunch"):
+        if args.queue_cmd in ("kill", "relaunch", "rm", "mv"):
+            verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
+            extra = [str(args.to)] if args.queue_cmd == "mv" else []
             doc = _json_or_fail(args.host, args.queue_cmd,
-                                await link.helper("queue", args.queue_cmd, args.job,
+                                await link.helper("queue", verb, args.job, *extra,
                                                   timeout_s=180.0))
-            print(json.dumps(doc))
-            return 0 if doc.get("ok") else 1
+            return _answer(args, doc)
+        if args.queue_cmd in ("pause", "resume"):
+            doc = _json_or_fail(args.host, args.queue_cmd,
+                                await link.helper("queue", args.queue_cmd))
+            return _answer(args, doc)
+        if args.queue_cmd == "edit":
+            argv = job_argv(args)
+            opts = [*(["--name", args.name] if args.name else []),
+                    *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
+            for item in args.env:
+                opts += ["--env", item]
+            for item in args.unset_env:
+                opts += ["--unset-env", item]
+            doc = _json_or_fail(args.host, "edit", await link.helper(
+                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else [])))
+            return _answer(args, doc)
+        if args.queue_cmd == "show":
+            doc = _json_or_fail(args.host, "show", await link.helper("queue", "show", args.job))
+            return _show(args, doc)
         if args.queue_cmd == "logs":
             return await _logs(link, args)
         return 2
@@ -180,10 +325,100 @@ async def _run(args: argparse.Namespace) -> int:
         await fleet.close()
 
 
+def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """The box's answer to add/config/kill/relaunch: JSON with --json, else one line."""
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        ok = bool(doc.get("ok"))
+        print_line(answer_text(args.queue_cmd, args.host, doc), "" if ok else "red", err=not ok)
+    return 0 if doc.get("ok") else 1
+
+
+def answer_text(verb: str, host: str, doc: dict[str, Any]) -> str:
+    """One line for a person (issue 17): what happened to which job, or what failed and
+    the fix. Box text in it is made inert by the printer (tables.print_line)."""
+    job = str(doc.get("job") or "")
+    queue = str(doc.get("queue") or "default")
+    if doc.get("result") == "rejected":
+        why = (doc.get("event") or {}).get("why") or doc.get("why") or doc.get("error") \
+            or "nothing to do"
+        done = {"rm": "removed", "mv": "moved", "kill": "killed"}.get(verb, verb + "ed")
+        return f"{host}: {job} not {done}: {why}"
+    if not doc.get("ok"):
+        why = str(doc.get("error") or (doc.get("event") or {}).get("why")
+                  or doc.get("why") or doc.get("result") or "the box said no")
+        fix = doc.get("fix")
+        what = f"{verb} {job}".strip()
+        return with_fix(f"{host}: {what} failed: {why}", str(fix) if fix else None)
+    if verb == "add":
+        where = f"Slurm job {doc['slurm_id']}" if doc.get("slurm_id") else f"queue {queue}"
+        return f"{host}: added {job} to {where}"
+    if verb == "config":
+        return f"{host}: queue {queue} configured"
+    if verb in ("pause", "resume"):
+        if verb == "pause":
+            return f"{host}: queue {queue} paused: no new job starts; running ones go on"
+        return f"{host}: queue {queue} resumed: queued jobs start again"
+    if verb == "edit":
+        return f"{host}: added {job}, an edited copy of {doc.get('edited_from')} (which is kept)"
+    if verb == "rm":
+        return f"{host}: {job} removed from the queue"
+    if verb == "mv":
+        return f"{host}: {job} moved to position {(doc.get('event') or {}).get('position')}"
+    result = str(doc.get("result") or "")
+    event = doc.get("event") or {}
+    if verb == "kill":
+        how = event.get("sent") or event.get("was")
+        return f"{host}: {job} killed" + (f" ({how})" if how else "")
+    return f"{host}: {job} {result or 'requeued'}: the same command runs as a new attempt"
+
+
+def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """``queue show``: the job's lines (tui/present/jobdetail.py), or its JSON with every env
+    value replaced, since a value may be a token (secrets never leave as text)."""
+    if not doc.get("ok"):
+        return _answer(args, doc)
+    jobs = doc.get("jobs")
+    if args.json:
+        for job in jobs if isinstance(jobs, list) else []:
+            if isinstance(job, dict) and isinstance(job.get("env"), dict):
+                job["env"] = dict.fromkeys(job["env"], REDACTED)
+        print(json.dumps(doc))
+        return 0
+    view = read_queue_view(doc)
+    if not view.jobs:
+        print_line(f"{args.host}: no job {args.job} in the answer", "red", err=True)
+        return 1
+    for line in detail_lines(view.jobs[0], time.time()):
+        print_line(line)
+    return 0
+
+
 async def _logs(link: Any, args: argparse.Namespace) -> int:
+    out = LogWriter(sys.stdout.isatty())
+    try:
+        return await _write_logs(link, args, out)
+    finally:
+        out.close()
+
+
+async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> int:
     offset = 0
-    tty = sys.stdout.isatty()
-    deadline_idle = None
+    if args.lines is not None:
+        # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
+        result = await link.helper("queue", "logs", args.job, "--lines", str(max(0, args.lines)),
+                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json")
+        if result.rc != 0:
+            print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
+                  file=sys.stderr)
+            return 1
+        chunk = read_log_doc(_json_or_fail(args.host, "logs", result))
+        data = chunk.data
+        if data is None or chunk.next_offset is None:
+            raise LinkError(args.host, "queue logs answered a chunk without its bytes")
+        out.write(data)
+        offset = chunk.next_offset
     while True:
         result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
                                    "--max-bytes", str(LOG_CHUNK_BYTES))
@@ -192,29 +427,27 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
         if result.stdout:
-            _write_log(result.stdout, tty)
+            out.write(result.stdout)
             offset += len(result.stdout)
-            deadline_idle = None
             if len(result.stdout) >= LOG_CHUNK_BYTES:
                 continue  # more is waiting: read on before sleeping
         if not args.follow:
             return 0
-        deadline_idle = deadline_idle or time.monotonic()
         await asyncio.sleep(FOLLOW_INTERVAL_S)
 
 
 def _print_jobs(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     view = read_queue_view(doc)
-    table = Table(title=sanitize_line(f"queue {view.name}"))
     slurm = any(job.slurm_id for job in view.jobs)
-    for col in ("id", "name", "state", "attempts", "exit", "duration", "command"):
-        table.add_column(col)
-    if slurm:
-        table.add_column("slurm")
+    waiting = any(job.waiting for job in view.jobs)
+    # Priority and dependencies get their columns once any job has one (issue 20).
+    prio = any(job.priority for job in view.jobs)
+    after = any(job.after for job in view.jobs)
+    columns = ["id", "name", "state", *(["prio"] if prio else []), "attempts", "exit",
+               "duration", "command"]
+    extra = [*(["after"] if after else []), *(["waits for"] if waiting else []),
+             *(["slurm"] if slurm else [])]
+    table = box_table(f"queue {view.name}", [*columns, *extra])
     for job in view.jobs:
         last = job.last_attempt
         exit_text = "-"
@@ -223,20 +456,26 @@ def _print_jobs(doc: dict[str, Any]) -> None:
         elif last is not None and last.signal:
             exit_text = f"sig {last.signal}"
         duration = last.duration if last is not None else None
-        # Text() keeps job-provided strings from being read as rich markup.
-        cells: list[Text | str] = [Text(sanitize_line(job.id)),
-                 Text(sanitize_line(job.name or "")),
-                 Text(sanitize_line(job.state)), str(len(job.attempts)), exit_text,
-                 fmt_age(duration),
-                 Text(fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH))]
+        cells: list[Cell] = [job.id, job.name or "", job.state,
+                             *([job.priority or 0] if prio else []), len(job.attempts),
+                             exit_text, fmt_age(duration),
+                             fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
+        if after:
+            cells.append(",".join(job.after))
+        if waiting:
+            cells.append(job.waiting or "")
         if slurm:
-            cells.append(Text(display_line(slurm_summary(job).encode())))
-        table.add_row(*cells)
-    console = Console()
-    console.print(table)
+            cells.append(display_line(slurm_summary(job).encode()))
+        add_row(table, cells)
+    print_table(table)
+    runner = view.runner
+    if runner is not None and runner.write_error:
+        print_line(f"the runner cannot write: {runner.write_error}", "bold red")
+    if runner is not None and runner.error:
+        print_line(f"the runner keeps failing (it retries): {runner.error}", "bold red")
     # A line of the events file the queue skipped is a job or a full disk at work: said.
     for warning in view.warnings:
-        console.print(Text(f"warning: {sanitize_line(warning)}", style="yellow"))
+        print_line(f"warning: {warning}", "yellow")
 
 
 def cmd_queue(args: argparse.Namespace) -> int:

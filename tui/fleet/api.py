@@ -15,6 +15,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
+from gpuroom.tui.snapshot import LogChunk
 from gpuroom.tui.transport.pull import Progress, PullResult
 
 
@@ -33,6 +34,14 @@ class FleetAPI(Protocol):
 
     async def refresh(self, host: str | None = None) -> None: ...
 
+    def show_log(self, host: str, job_key: str) -> None:
+        """The room starts showing this job's log ("queue/id"): fetch its tail soon."""
+        ...
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunk | None:
+        """Older bytes of the job's log, ending at offset ``end``; None when none can be had."""
+        ...
+
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
         cwd: str | None = None,
@@ -41,6 +50,18 @@ class FleetAPI(Protocol):
     async def queue_kill(self, host: str, job_id: str) -> None: ...
 
     async def queue_relaunch(self, host: str, job_id: str) -> None: ...
+
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        """Take a queued job off the host's queue (the box refuses a running one)."""
+        ...
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        """Move a queued job to ``position`` among the queued jobs (0: next to start)."""
+        ...
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        """Pause (start no new job; running ones go on) or resume the host's queue."""
+        ...
 
     def mark_pending(self, host: str, action: PendingAction) -> None:
         """Show ``action`` on ``host`` as sent until a snapshot confirms it."""
@@ -173,6 +194,12 @@ class StaticFleet(PendingLedger):
         for h in self._hosts if host is None else [self.host(host)]:
             self._changed(h.name)
 
+    def show_log(self, host: str, job_key: str) -> None:
+        """A recording holds the bytes it holds: nothing to ask for."""
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunk | None:
+        return None
+
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
         cwd: str | None = None,
@@ -184,6 +211,16 @@ class StaticFleet(PendingLedger):
 
     async def queue_relaunch(self, host: str, job_id: str) -> None:
         raise FleetError(f"{host}: this is a recording; job {job_id} cannot be relaunched")
+
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be removed")
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be moved")
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        raise FleetError(f"{host}: this is a recording; its queue cannot be "
+                         f"{'paused' if paused else 'resumed'}")
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self._ssh.get(host)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
@@ -22,7 +23,9 @@ from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
+from gpuroom.tui.snapshot import load_answer, read_log_doc
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
 
 MAX_CONCURRENT_POLLS = 16
 BACKOFF_CAP_S = 60.0
+# The tail of a log the room starts showing (a poll stays bounded: the helper caps a chunk at
+# 64 KiB too), and how much more one scroll back to its top fetches.
+LOG_TAIL_BYTES = 64 << 10
+LOG_OLDER_BYTES = 64 << 10
 
 
 def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
@@ -39,6 +46,21 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
+
+
+def watched_mounts(host: HostConfig) -> list[str]:
+    """The host's own mounts, then each mount its profile names by a path the box can
+    statvfs (absolute or ~; "unknown" and $VAR paths are not), so the volume that must
+    survive a stop is watched without listing it in hosts.toml."""
+    out = list(host.mounts)
+    try:
+        profile = load_profile(host.profile)
+    except ProfileError:
+        return out  # "local" and unknown names: hosts.toml says why elsewhere
+    for m in profile.mounts:
+        if m.path.startswith(("/", "~")) and "$" not in m.path and m.path not in out:
+            out.append(m.path)
+    return out
 
 
 class Recorder:
@@ -71,6 +93,18 @@ class Recorder:
         self._f.close()
 
 
+def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
+    """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert."""
+    try:
+        doc = load_answer(stdout)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("ok") is not False or not doc.get("error"):
+        return None
+    fix = doc.get("fix")
+    return sanitize_line(str(doc["error"])), sanitize_line(str(fix)) if fix else None
+
+
 class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
@@ -90,8 +124,11 @@ class Fleet(PendingLedger):
             h.name: HostLink(h, ssh_config=ssh_config, mode=config.settings.poll_mode)
             for h in self._hosts.values()
         }
+        self._mounts = {h.name: watched_mounts(h) for h in self._hosts.values()}
         self._cursors: dict[str, dict[str, Any]] = {h: {} for h in self._hosts}
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
+        # host -> the job key ("queue/id") whose log tail the next poll asks for.
+        self._tail_wanted: dict[str, str] = {}
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
         self._pull_records = PullRecords()
@@ -114,9 +151,34 @@ class Fleet(PendingLedger):
 
     def request_for(self, name: str) -> dict[str, Any]:
         """What the next probe of this host asks for: mounts and cursors."""
-        request: dict[str, Any] = {"mounts": list(self._hosts[name].mounts)}
+        request: dict[str, Any] = {"mounts": self._mounts[name]}
         request.update(self._cursors[name])
+        wanted = self._tail_wanted.get(name)
+        if wanted is not None:
+            # A job the room starts showing gets its tail, whatever its state: the probe
+            # ships bytes on its own only for running jobs and jobs with a cursor.
+            request["logs"] = {**request.get("logs", {}), wanted: {"tail": LOG_TAIL_BYTES}}
         return request
+
+    def show_log(self, host: str, job_key: str) -> None:
+        """The room starts showing ``job_key``'s log on ``host``: poll now for its tail."""
+        if host not in self._states:
+            return
+        self._tail_wanted[host] = job_key
+        wake = self._wake.get(host)
+        if wake is not None:
+            wake.set()
+
+    async def log_before(self, host: str, job_key: str, end: int) -> LogChunkView | None:
+        """The ``LOG_OLDER_BYTES`` of the job's log before offset ``end``, from a line start."""
+        queue, _, job_id = job_key.rpartition("/")
+        out = await self._queue_call(host, "logs", job_id, "--queue", queue or "default",
+                                     "--end", str(end), "--max-bytes", str(LOG_OLDER_BYTES),
+                                     "--json")
+        try:
+            return read_log_doc(load_answer(out))
+        except ValueError:
+            raise LinkError(host, "queue logs answered something that is not JSON") from None
 
     def _advance_cursors(self, name: str, snapshot: SnapshotView) -> None:
         cursors = self._cursors[name]
@@ -128,6 +190,9 @@ class Fleet(PendingLedger):
             if chunk is not None and chunk.next_offset is not None:
                 logs[key] = {"offset": chunk.next_offset, "inode": chunk.inode}
         cursors["logs"] = logs
+        wanted = self._tail_wanted.get(name)
+        if wanted is not None and wanted in logs:
+            del self._tail_wanted[name]  # the tail arrived; what follows comes by the cursor
 
     async def poll_host(self, name: str) -> HostState:
         """Poll one host once and update its state; never raises for a link failure."""
@@ -169,11 +234,16 @@ class Fleet(PendingLedger):
         wake = self._wake.setdefault(name, asyncio.Event())
         interval = self.config.settings.poll_interval_s
         while True:
-            await self.poll_host(name)
-            on_change(name)
+            # Cleared before the poll: a wake-up asked for while it runs (the room selected
+            # another job) polls again at once instead of being lost.
+            wake.clear()
+            state = await self.poll_host(name)
             failures = self._failures[name]
             delay = backoff_delay(failures, interval) if failures else interval
-            wake.clear()
+            # Said in the host's panes ("next try in 12 s"): a backing-off host otherwise
+            # looks forgotten.
+            state.next_try = self.clock() + delay
+            on_change(name)
             try:
                 await asyncio.wait_for(wake.wait(), delay)
             except (asyncio.TimeoutError, TimeoutError):
@@ -196,6 +266,7 @@ class Fleet(PendingLedger):
         if self._wake:
             for n in names:
                 if n in self._wake:
+                    self._states[n].next_try = self.clock()
                     self._wake[n].set()
         else:
             await asyncio.gather(*(self.poll_host(n) for n in names))
@@ -203,6 +274,11 @@ class Fleet(PendingLedger):
     async def _queue_call(self, host: str, *args: str, timeout_s: float = 60.0) -> str:
         result = await self.link(host).helper("queue", *args, timeout_s=timeout_s)
         if result.rc != 0:
+            # The queue answers a refusal in its JSON (a full disk: the cause and the fix);
+            # that beats "exit 1" with an empty stderr.
+            answer = _queue_refusal(result.stdout)
+            if answer is not None:
+                raise LinkError(host, f"queue {args[0]} failed: {answer[0]}", fix=answer[1])
             raise LinkError(host, f"queue {args[0]} failed ({result.failure()})")
         return result.stdout.decode(errors="replace")
 
@@ -217,13 +293,28 @@ class Fleet(PendingLedger):
         if cwd:
             args += ["--cwd", cwd]
         out = await self._queue_call(host, *args, "--", *argv)
-        return str(json.loads(out).get("job"))
+        try:
+            doc = load_answer(out)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise LinkError(host, "queue add answered something that is not its JSON")
+        return str(doc.get("job"))
 
     async def queue_kill(self, host: str, job_id: str) -> None:
         await self._queue_call(host, "kill", job_id, timeout_s=120.0)
 
     async def queue_relaunch(self, host: str, job_id: str) -> None:
         await self._queue_call(host, "relaunch", job_id)
+
+    async def queue_remove(self, host: str, job_id: str) -> None:
+        await self._queue_call(host, "remove", job_id)
+
+    async def queue_move(self, host: str, job_id: str, position: int) -> None:
+        await self._queue_call(host, "move", job_id, str(position))
+
+    async def queue_pause(self, host: str, paused: bool) -> None:
+        await self._queue_call(host, "pause" if paused else "resume")
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()

@@ -6,7 +6,6 @@ move through tui/transport/pull.py over the host's link.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import Job, read_queue_view, read_snapshot, with_jobs
+from gpuroom.tui.snapshot import Job, load_answer, read_queue_view, read_snapshot, with_jobs
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import (
     Progress,
@@ -40,7 +39,7 @@ async def queue_jobs(link: HostLink) -> tuple[Job, ...]:
     """The box's full job list (the probe's queue view is bounded)."""
     result = await link.helper("queue", "ls")
     try:
-        doc = json.loads(result.stdout)
+        doc = load_answer(result.stdout)
     except ValueError:
         raise LinkError(link.name, f"queue ls failed ({result.failure()})") from None
     return read_queue_view(doc).jobs

@@ -9,7 +9,6 @@ idle time and spend read as they did when recorded.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import load_answer
 
 # A gap longer than this in a recording (the recorder was stopped, the laptop slept) is not
 # waited out at --speed 1: the replay moves on after this long.
@@ -47,7 +47,7 @@ class Record:
 def _parse(path: Path, n: int, raw: str) -> Record:
     where = f"{path}:{n}"
     try:
-        doc = json.loads(raw)
+        doc = load_answer(raw)
     except ValueError as exc:
         raise RecordingError(f"{where}: not JSON ({exc})",
                              "cut the line, or record again with `gpuroom record FILE`") from None

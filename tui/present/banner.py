@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gpuroom.remote.queue_events import FAILED_STATES
 from gpuroom.tui.model import HostState
+from gpuroom.tui.present.format import fmt_cut
 from gpuroom.tui.present.jobs import job_rows
 from gpuroom.tui.present.levels import Level
 
@@ -50,3 +51,18 @@ def fleet_dangers(lines: Iterable[str], failed: Iterable[Danger]) -> tuple[Dange
              for line in lines]
     items += failed
     return tuple(sorted(items, key=lambda d: d.level != "crit"))
+
+
+_GOTCHA_ID = re.compile(r" (\[[A-Za-z0-9 -]+\])$")
+
+
+def banner_line(text: str, width: int) -> str:
+    """``text`` in one line of ``width``: cut with "…" before its gotcha id ("[U7]"), which
+    stays, so the id never wraps onto the next banner line and pushes "+N more" off."""
+    if len(text) <= width:
+        return text
+    found = _GOTCHA_ID.search(text)
+    if found is None or width - len(found.group(1)) - 1 < 8:
+        return fmt_cut(text, width)
+    tag = found.group(1)
+    return f"{fmt_cut(text[:found.start()], width - len(tag) - 1)} {tag}"

@@ -54,7 +54,9 @@ def disk_rows(snapshot: Snapshot | None) -> list[DiskRow]:
     for d in snapshot.disks if snapshot is not None else ():
         path = fmt_text(d.path)
         if d.error is not None:
-            rows.append(DiskRow(path, fmt_text(d.error), *([None] * 8)))
+            # One short line the pane shows whole; the doctor says what the profile expected.
+            rows.append(DiskRow(path, "not mounted" if d.missing else fmt_text(d.error),
+                                *([None] * 8)))
             continue
         if d.device is not None:
             if d.device in seen_devices:

@@ -66,18 +66,24 @@ def fmt_whole(v: float | None, unit: str = "", missing: str = NA) -> str:
     return missing if v is None else f"{v:.0f}{unit}"
 
 
-def fmt_age(seconds: float | None) -> str:
-    """Compact, for table cells: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s."""
+def fmt_age(seconds: float | None, *, ticking: bool = False) -> str:
+    """Compact, for table cells: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s.
+    ``ticking``: seconds shown under an hour (3m07s), for an age redrawn every second."""
     if seconds is None:
         return NA
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m"
+        return f"{s // 60}m{s % 60:02d}s" if ticking else f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def fmt_clock(epoch_s: float) -> str:
+    """A moment in local time, to the second: 2026-11-23 18:53:20."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
 
 
 def fmt_duration(seconds: float) -> str:

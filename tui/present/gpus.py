@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpuroom.tui.present.format import fmt_text, fmt_whole
 from gpuroom.tui.present.levels import Level
-from gpuroom.tui.snapshot import Snapshot
+from gpuroom.tui.snapshot import Gpu, Snapshot
 
 # Clock-event reasons that say nothing is wrong (an idle GPU clocks down on purpose).
 BENIGN_THROTTLE = frozenset({"idle", "gpu_idle", "applications_clocks_setting", "none"})
@@ -55,14 +55,22 @@ class GpuRow:
         return ",".join(THROTTLE_SHORT.get(t, t) for t in self.throttle)
 
 
+def _gpus(snapshot: Snapshot) -> list[tuple[str, Gpu]]:
+    """The box's GPUs, then (on a Slurm login node) each running job's GPUs as its
+    in-allocation probe saw them, named with the node and the job (issue 23)."""
+    return [("", g) for g in snapshot.gpus] + [
+        (f"{fmt_text(n.host.hostname or '?')} {job.id}: ", g)
+        for job, n in snapshot.job_nodes for g in n.gpus]
+
+
 def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
-    """One row per GPU of the snapshot."""
+    """One row per GPU of the snapshot (a Slurm job's: one per GPU of each of its nodes)."""
     if snapshot is None:
         return []
     return [
         GpuRow(
             index=i if g.index is None else g.index,
-            name=fmt_text(g.name),
+            name=where + fmt_text(g.name),
             sm_mhz=g.clock_sm_mhz,
             sm_max_mhz=g.clock_sm_max_mhz,
             mem_mhz=g.clock_mem_mhz,
@@ -76,7 +84,7 @@ def gpu_rows(snapshot: Snapshot | None) -> list[GpuRow]:
             mem_total_mib=g.mem_total_mib,
             throttle=tuple(fmt_text(r) for r in g.clock_event_reasons if r not in BENIGN_THROTTLE),
         )
-        for i, g in enumerate(snapshot.gpus)
+        for i, (where, g) in enumerate(_gpus(snapshot))
     ]
 
 
@@ -84,9 +92,14 @@ def gpu_absence(snapshot: Snapshot | None) -> str | None:
     """Why there are no GPU rows ("no GPU" is a normal state), None when there are some."""
     if snapshot is None:
         return "no snapshot yet"
-    if snapshot.gpus:
+    if snapshot.gpus or any(n.gpus for _, n in snapshot.job_nodes):
         return None
     reason = snapshot.gpu_error
+    probe = next((j.telemetry for j in snapshot.jobs
+                  if j.state == "running" and j.telemetry is not None and j.telemetry.error),
+                 None)
+    if probe is not None:  # say why the job's own GPUs are not shown (once: the pane's line)
+        reason = f"{reason or 'none on the login node'}; in-job probe: {probe.error}"
     if reason is None:
         reason = snapshot.section_error("gpus")
     if reason is None:
@@ -129,3 +142,6 @@ class GpuView:
     absence: str | None
     sm_history: tuple[tuple[float | None, ...], ...]  # per row, oldest first
     power_history: tuple[tuple[float | None, ...], ...]
+    # A STALE or DOWN host: why it does not answer, with the fix (present/hosts.py
+    # LinkProblem.lines), shown above whatever the last answer said.
+    problem: tuple[str, ...] = ()

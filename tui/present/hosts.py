@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.disks import (
     BYTES_CRIT_PCT,
@@ -23,12 +24,57 @@ SECTION_NAME_WIDTH = 16  # a section's name is the box's word: bounded in the st
 
 
 def link_text(host: HostState, now: float) -> str:
-    """UP / STALE 3m / DOWN: reason, as the hosts table and banner say it."""
+    """UP / STALE 3m07s / DOWN 12m / DOWN, as the hosts table says it: short enough never to
+    be cut. The age ticks every second; why the host does not answer is in its panes
+    (link_problem) and its detail screen, whole."""
     if host.state is LinkState.UP:
         return "UP"
+    age = host.age_s(now)
     if host.state is LinkState.STALE:
-        return f"STALE {fmt_age(host.age_s(now))}"
-    return f"DOWN: {host.error or 'never answered'}"
+        return f"STALE {fmt_age(age, ticking=True)}"
+    return "DOWN" if age is None else f"DOWN {fmt_age(age, ticking=True)}"
+
+
+@dataclass(frozen=True)
+class LinkProblem:
+    """Why the selected host shows no fresh numbers, said in its panes instead of them."""
+
+    headline: str  # "DOWN: no answer yet" / "STALE: last answer 3m07s ago, shown below"
+    cause: str  # the error as the link said it (the failing hop named), without its fix
+    fix: str | None
+    next_try: str  # "next try in 12 s" / "next try now" / "" when nothing polls (replay)
+
+    def lines(self) -> tuple[str, ...]:
+        """The block a pane shows: headline with the next try (first, so a short pane at
+        80x24 still shows when), cause, fix; empty parts left out."""
+        fix = f"Fix: {self.fix}" if self.fix else ""
+        head = f"{self.headline}; {self.next_try}" if self.next_try else self.headline
+        return tuple(x for x in (head, self.cause, fix) if x)
+
+
+def link_problem(host: HostState, now: float) -> LinkProblem | None:
+    """What the panes of a STALE or DOWN host say; None for an UP host."""
+    if host.state is LinkState.UP:
+        return None
+    age = host.age_s(now)
+    if age is None:
+        headline = f"{host.state.name}: no answer yet"
+    elif host.state is LinkState.STALE:
+        headline = f"STALE: last answer {fmt_age(age, ticking=True)} ago, shown below"
+    else:
+        headline = f"DOWN: last answer {fmt_age(age, ticking=True)} ago"
+    # The fleet stored str(LinkError): "host: cause. Fix: fix" (tui/errors.py with_fix).
+    cause, mark, fix = fmt_text(host.error or "never answered").partition(FIX_CLAUSE)
+    prefix = f"{host.name}: "
+    cause = cause[len(prefix):] if cause.startswith(prefix) else cause
+    if host.next_try is None:
+        when = ""
+    elif host.next_try <= now:
+        when = "next try now"
+    else:
+        when = f"next try in {host.next_try - now:.0f} s"
+    return LinkProblem(headline=headline, cause=cause, fix=fix.strip() if mark else None,
+                       next_try=when)
 
 
 def failed_sections(snap: Snapshot | None) -> tuple[tuple[str, str], ...]:

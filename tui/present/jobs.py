@@ -18,7 +18,7 @@ from gpuroom.remote.queue_events import (
 from gpuroom.tui.model import HostState, PendingAction
 from gpuroom.tui.present.format import fmt_text
 from gpuroom.tui.present.levels import Level
-from gpuroom.tui.present.slurm import slurm_summary
+from gpuroom.tui.present.slurm import slurm_summary, task_summary
 from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
 
 # The queue pane's colour per job state (remote/queue_events.py STATES): work in progress
@@ -66,6 +66,14 @@ class JobRow:
     # The queue records a signalled end as exit_code None and the signal's name
     # (remote/queue_runner.py), so the exit column alone read "-" for a SIGKILLed job.
     signal: str = ""
+    # Why a queued job waits (a slot, GPUs held by pid N (GEN7), the job ahead, no runner)
+    waiting: str = ""
+    position: int | None = None  # a queued job's place in line (0: next to start)
+
+    @property
+    def state_text(self) -> str:
+        """The state, and for a waiting job why it waits: "queued: GPU 0 held by pid 7"."""
+        return f"{self.state}: {self.waiting}" if self.waiting else self.state
 
     @property
     def ended_by(self) -> str:
@@ -119,8 +127,14 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 pending=pend,
                 slurm=slurm_summary(j),
                 signal=fmt_text(last.signal) if last is not None else "",
+                waiting=fmt_text(j.waiting),
+                position=j.position,
             )
         )
+        for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i
+            rows.append(JobRow(fmt_text(task.id), f"└ task {fmt_text(task.task)}",
+                               fmt_text(task.state) or "?", None, task.elapsed_s,
+                               task.exit_code, "", None, slurm=task_summary(task)))
     for action in host.pending:
         if action.kind == "add" and action.job not in ids:
             rows.append(JobRow(action.job or "?", action.label, "sent", None, None, None, "",

@@ -23,25 +23,27 @@ from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input
+from textual.widgets import Footer, Input, Static
 from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
-from gpuroom.tui.model import HostState, PendingAction
+from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.detail import host_detail, job_detail
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut, fmt_progress
+from gpuroom.tui.present.format import fmt_clock, fmt_cut, fmt_progress
 from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
-from gpuroom.tui.present.hosts import billed_cell, host_row
+from gpuroom.tui.present.hosts import billed_cell, host_row, link_problem, link_text
 from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
 )
-from gpuroom.tui.present.log import log_chunk
+from gpuroom.tui.present.log import chunk_of, log_chunk, log_key
 from gpuroom.tui.room.commands import run_user_command
+from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
 from gpuroom.tui.room.messages import HostChanged
@@ -51,14 +53,19 @@ from gpuroom.tui.room.screens import (
     AddJobScreen,
     ConfirmScreen,
     HelpScreen,
+    footer_width,
+    key_hint,
     key_label,
 )
+from gpuroom.tui.room.steer import SteerKeys
+from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.transport.interactive import run_interactive_ssh
+from gpuroom.tui.transport.interactive import SshExit, run_interactive_ssh
+from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -67,12 +74,13 @@ from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.logtail import LogTail
 from gpuroom.widgets.queue import QueueTable
 
-Spawn = Callable[[list[str]], int]
+Spawn = Callable[[list[str]], "int | SshExit"]
 NOTIFY_TIMEOUT_S = 30.0
 TEARDOWN_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 0.5
 FLEET_PANES_EVERY_S = 0.5
 COALESCE_ABOVE_HOSTS = 20
+TICK_S = 1.0  # a STALE or DOWN host's age and next try are redrawn this often
 
 class GpuroomCommands(Provider):
     """Every action of KEYS as a ctrl+p command."""
@@ -100,13 +108,14 @@ class GpuroomCommands(Provider):
                 )
 
 
-class GpuroomApp(App[None]):
+class GpuroomApp(SteerKeys):
     """gpuroom's TUI. ``clock`` is injectable so ages in tests and snapshots are fixed."""
 
     TITLE = "gpuroom"
     CSS = """
     Screen { layout: vertical; }
     #filter { display: none; height: 1; border: none; padding: 0 1; }
+    #replay { height: 1; padding: 0 1; background: $warning 40%; text-style: bold; }
     #filter.-shown { display: block; }
     #row1 { height: 14; }
     #row2 { height: 1fr; }
@@ -123,10 +132,18 @@ class GpuroomApp(App[None]):
     .-narrow #gpu { width: 1fr; height: 6; }
     .-narrow HostsTable { max-height: 5; }
     .-narrow #disk { width: 38; }
+    /* 120-159 columns: the queue takes what the GPU table does not need (its throttle list
+       is cut with "…"), so the command column is more than "pyt". */
+    .-wide #queue { width: 13fr; }
+    .-wide #gpu { width: 11fr; }
+    /* Shown instead of the footer where its word per key no longer fits (on_resize). */
+    #keyhint { display: none; dock: bottom; height: 1;
+               background: $footer-background; color: $footer-foreground; }
     """
     HORIZONTAL_BREAKPOINTS = [  # noqa: RUF012 (App declares it as a plain list)
         (0, "-narrow"),
         (120, "-wide"),
+        (160, "-widest"),
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
@@ -146,16 +163,23 @@ class GpuroomApp(App[None]):
         spawn: Spawn = run_interactive_ssh,
         bell: bool = False,
         notify_command: list[str] | None = None,
+        notify_url: str | None = None,
+        renotify_s: float = DEFAULT_RENOTIFY_S,
         warnings: list[str] | None = None,
+        replay: str | None = None,
     ) -> None:
+        """``replay``: the recording's name when the fleet plays one; the room then says so
+        on screen and refuses, at once, every key that needs a box."""
         super().__init__()
         self.fleet = fleet
+        self.replay = replay
         self.clock = clock
         self._spawn = spawn
         self._bell = bell
         self._notify_command = list(notify_command) if notify_command else None
+        self._notifier = UrlNotifier(notify_url) if notify_url else None
         self._warnings = list(warnings or ())  # said once the room is up (stderr is hidden)
-        self.findings_watch = FleetWatch()
+        self.findings_watch = FleetWatch(renotify_s)
         self._fleet_timer: Timer | None = None
         self._fleet_at = 0.0
         self._log_fed: tuple[str, object] | None = None
@@ -165,6 +189,8 @@ class GpuroomApp(App[None]):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+        self._footer: Footer | None = None
+        self._hint: Static | None = None
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """Textual's own palette commands, less its Quit: KEYS has quit, with its key."""
@@ -224,6 +250,8 @@ class GpuroomApp(App[None]):
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
+        if self.replay is not None:
+            yield Static(self._replay_text(), id="replay", markup=False)
         yield DangerBanner(id="banner")
         yield Input(placeholder="filter hosts (enter keeps, esc clears)", id="filter")
         yield HostsTable(id="hosts")
@@ -233,9 +261,25 @@ class GpuroomApp(App[None]):
         with Horizontal(id="row2"):
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
-        yield Footer()
+        self._footer = Footer()
+        self._hint = Static(key_hint(), id="keyhint", markup=False)
+        yield self._footer
+        yield self._hint
+
+    def on_resize(self) -> None:
+        self._fit_footer()
+
+    def _fit_footer(self) -> None:
+        """The footer, or where it would lose keys off its end (q quit went first), one line
+        naming every key group (screens.key_hint)."""
+        if self._footer is None or self._hint is None:
+            return  # resized before compose
+        hint = self.size.width < footer_width()
+        self._footer.display = not hint
+        self._hint.display = hint
 
     def on_mount(self) -> None:
+        self._fit_footer()
         for warning in self._warnings:
             self.notify(warning, severity="warning", timeout=30)
         self.query_one("#queue", QueueTable).border_title = "queue"
@@ -246,6 +290,24 @@ class GpuroomApp(App[None]):
             self._select(hosts[0].name)
         self.query_one(HostsTable).focus()
         self._run_fleet()
+        self.set_interval(TICK_S, self._tick)
+
+    def _replay_text(self) -> str:
+        return (f"REPLAY of {sanitize_line(self.replay or '')} at {fmt_clock(self.clock())} "
+                "(recorded time): read-only, nothing reaches a box")
+
+    def _tick(self) -> None:
+        """Once a second: a host that does not answer changes nothing the fleet would
+        announce, yet its age grows and its next try comes closer; both are redrawn. A
+        replay's clock moves on."""
+        if self.replay is not None:
+            self.query_one("#replay", Static).update(self._replay_text())
+        if all(h.state is LinkState.UP for h in self.fleet.hosts()):
+            return
+        self._schedule_fleet_panes()
+        h = self.host(self.selected_host)
+        if h is not None and h.state is not LinkState.UP:
+            self._refresh_host_panes()
 
     @work(group="fleet")
     async def _run_fleet(self) -> None:
@@ -266,14 +328,23 @@ class GpuroomApp(App[None]):
         self.post_message(HostChanged(host))
 
     def _alert(self, findings: list[Finding], clocks: list[ClockItem]) -> None:
-        fresh = self.findings_watch.new_criticals(findings, clocks)
+        fresh = self.findings_watch.new_criticals(findings, clocks, self.clock())
         if not fresh:
             return
         if self._bell:
             self.bell()
-        if self._notify_command:
-            for line in fresh:
-                self._run_notify(line)
+        for alert in fresh:
+            if self._notify_command:
+                self._run_notify(alert.line)
+            if self._notifier is not None:
+                self._post_notify(self._notifier, alert)
+
+    @work(group="notify")
+    async def _post_notify(self, notifier: UrlNotifier, alert: Alert) -> None:
+        try:
+            await notifier.send(alert.to_json())
+        except NotifyError as exc:
+            self.notify(str(exc), severity="warning")
 
     @work(group="notify")
     async def _run_notify(self, line: str) -> None:
@@ -363,8 +434,11 @@ class GpuroomApp(App[None]):
             self.query_one(LogTail).show("")
             return
         now = self.clock()
+        problem = link_problem(h, now)
+        lines = problem.lines() if problem is not None else ()
         queue.host = h.name
-        queue.border_title = Text(f"queue {h.name}")
+        queue.border_title = Text(f"queue {h.name}" + (f" ({link_text(h, now)})"
+                                                       if problem else ""))
         queue.jobs = tuple(job_rows(h, now))
         rows = tuple(gpu_rows(h.view))
         sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
@@ -374,9 +448,11 @@ class GpuroomApp(App[None]):
             absence=gpu_absence(h.view),
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
+            problem=lines,
         )
         disk = self.query_one(DiskPanel)
         disk.disks = tuple(disk_rows(h.view))
+        disk.problem = lines
         self._restore_job_cursor(h.name)
         self._refresh_log()
 
@@ -401,7 +477,12 @@ class GpuroomApp(App[None]):
             log.show("")
             return
         source = f"{h.name}/{job.id}"
-        log.show(source)
+        if log.source != source:
+            log.show(source)
+            # Any job's log, ended or not, starts with its tail: the fleet asks the box now.
+            key = log_key(h.view, job.id)
+            if key is not None:
+                self.fleet.show_log(h.name, key)
         # One snapshot's chunk is decoded once, however often the panes redraw.
         if self._log_fed == (source, h.snapshot) and log.cursor is not None:
             return
@@ -440,6 +521,33 @@ class GpuroomApp(App[None]):
             self._job_choice[message.host] = message.job_id
         self._refresh_log()
 
+    @on(LogTail.OlderWanted)
+    def _older_wanted(self, message: LogTail.OlderWanted) -> None:
+        h = self.host(self.selected_host)
+        job = self.query_one(QueueTable).selected_job
+        if h is None or job is None or message.source != f"{h.name}/{job.id}":
+            return
+        key = log_key(h.view, job.id)
+        if key is not None:
+            self._fetch_older(h.name, job.id, key, message.start)
+
+    @work(exclusive=True, group="log")
+    async def _fetch_older(self, host: str, job_id: str, key: str, end: int) -> None:
+        try:
+            view = await self.fleet.log_before(host, key, end)
+        except GpuroomError as exc:
+            self._failed(f"reading older log of {job_id}", host, exc,
+                         "check the host is UP (r polls now), then scroll up again")
+            return
+        log = self.query_one(LogTail)
+        if log.source != f"{host}/{job_id}":
+            return  # the user moved on
+        chunk = chunk_of(job_id, view)
+        if chunk is None:
+            log.no_older("not in this recording")
+        else:
+            log.prepend_chunk(chunk)
+
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.host_filter = event.value
@@ -471,6 +579,16 @@ class GpuroomApp(App[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
 
+    def _recorded(self, verb: str) -> bool:
+        """True (and said at once, before any dialog) when the room plays a recording: no
+        key that needs a box can act on one (STYLE: replay is read-only by construction)."""
+        if self.replay is None:
+            return False
+        self.notify(f"cannot {verb}: this is a recording ({sanitize_line(self.replay)}), "
+                    "there is no box to act on. Fix: open the room on the live hosts "
+                    "(gpuroom) to act", severity="warning")
+        return True
+
     def _selected_job(self, verb: str) -> tuple[HostState, JobRow] | None:
         h = self.host(self.selected_host)
         job = self.query_one(QueueTable).selected_job
@@ -481,6 +599,8 @@ class GpuroomApp(App[None]):
         return h, job
 
     def action_kill(self) -> None:
+        if self._recorded("kill a job"):
+            return
         picked = self._selected_job("kill")
         if picked is None:
             return
@@ -498,12 +618,16 @@ class GpuroomApp(App[None]):
         self.push_screen(ConfirmScreen(question), answered)
 
     def action_relaunch(self) -> None:
+        if self._recorded("relaunch a job"):
+            return
         picked = self._selected_job("relaunch")
         if picked is not None:
             h, job = picked
             self._send_relaunch(h.name, job.id, job.attempt)
 
     def action_add_job(self) -> None:
+        if self._recorded("add a job"):
+            return
         h = self.host(self.selected_host)
         if h is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -518,9 +642,13 @@ class GpuroomApp(App[None]):
         self.push_screen(AddJobScreen(h.name, gpus=0 if no_gpu else 1), submitted)
 
     def action_refresh(self) -> None:
+        if self._recorded("poll a host"):
+            return
         self._send_refresh(self.selected_host)
 
     def action_ssh(self) -> None:
+        if self._recorded("ssh to a host"):
+            return
         host = self.selected_host
         if host is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -531,7 +659,7 @@ class GpuroomApp(App[None]):
             return
         try:
             with self.suspend():
-                rc = self._spawn(argv)
+                ended = self._spawn(argv)
         except SuspendNotSupported:
             self.notify(
                 f"cannot hand the terminal to ssh here. Run it yourself: {shlex.join(argv)}",
@@ -544,8 +672,23 @@ class GpuroomApp(App[None]):
                 severity="error",
             )
             return
+        rc, said = (ended.rc, ended.stderr_tail) if isinstance(ended, SshExit) else (ended, "")
         if rc:
-            self.notify(f"ssh {host} exited with status {rc}", severity="warning")
+            # The room redrew over what ssh printed: say it again, it is the cause.
+            self.notify(f"ssh {host} exited with status {rc}" + (f": {said}" if said else ""),
+                        severity="warning", timeout=30)
+
+    def action_detail(self) -> None:
+        h = self.host(self.selected_host)
+        if h is None:
+            self.notify("no host selected: enter on a host first", severity="warning")
+            return
+        queue = self.query_one(QueueTable)
+        job = queue.selected_job
+        if queue.has_focus and job is not None:
+            self.push_screen(DetailScreen(f"job {h.name}/{job.id}", job_detail(h, job)))
+        else:
+            self.push_screen(DetailScreen(f"host {h.name}", host_detail(h, self.clock())))
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()
@@ -563,6 +706,8 @@ class GpuroomApp(App[None]):
         self.push_screen(FindingsScreen(findings, clocks, failed), closed)
 
     def action_pull(self) -> None:
+        if self._recorded("pull outputs"):
+            return
         h = self.host(self.selected_host)
         if h is None:
             self.notify("no host selected: enter on a host first", severity="warning")
@@ -571,6 +716,8 @@ class GpuroomApp(App[None]):
         self._send_pull(h.name, job.id if job is not None and job.pending != "add" else None)
 
     def action_gate(self) -> None:
+        if self._recorded("check the teardown gate"):
+            return
         if self.selected_host is None:
             self.notify("no host selected: enter on a host first", severity="warning")
             return

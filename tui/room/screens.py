@@ -1,5 +1,6 @@
-"""Modal screens: help, kill confirmation, add-job form. The key table lives here too, so the
-help screen, the bindings and the command palette are all generated from one list."""
+"""Modal screens: help (a detail screen of the keys), kill confirmation, add-job form. The key
+table lives here too, so the help screen, the bindings and the command palette are all
+generated from one list."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import shlex
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.table import Table
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label
+
+from gpuroom.tui.room.detail_screen import DetailScreen
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Key:
     description: str
     short: str = ""  # footer label; empty = not in the footer
     palette: bool = True  # also offered as a ctrl+p command
+    group: str = ""  # the 80-column hint says a group's keys together: "K R a job"
 
 
 KEYS: tuple[Key, ...] = (
@@ -35,20 +38,29 @@ KEYS: tuple[Key, ...] = (
     Key("slash", "filter", "filter hosts by name (esc clears)", short="filter"),
     Key("question_mark", "help", "this help", short="help"),
     Key("ctrl+p", "command_palette", "command palette", palette=False),
-    Key("K", "kill", "kill the selected job (asks first)", short="kill"),
-    Key("R", "relaunch", "relaunch the selected job", short="relaunch"),
-    Key("a", "add_job", "add a job to the selected host's queue", short="add"),
+    Key("K", "kill", "kill the selected job (asks first)", short="kill", group="job"),
+    Key("R", "relaunch", "relaunch the selected job", short="relaunch", group="job"),
+    Key("x", "remove", "remove the queued job (asks first)"),
+    Key("plus", "move_up", "move the queued job one place earlier"),
+    Key("minus", "move_down", "move the queued job one place later"),
+    Key("z", "pause_queue", "pause the host's queue (asks first)"),
+    Key("g", "resume_queue", "resume the host's queue"),
+    Key("a", "add_job", "add a job to the selected host's queue", short="add", group="job"),
+    Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
+        "else the host's whole state, error and fix", short="detail"),
     Key("f", "toggle_follow", "follow / pause the log", short="follow"),
-    Key("r", "refresh", "poll the selected host now", short="refresh"),
-    Key("s", "ssh", "interactive ssh to the selected host", short="ssh"),
+    Key("r", "refresh", "poll the selected host now", short="refresh", group="host"),
+    Key("s", "ssh", "interactive ssh to the selected host", short="ssh", group="host"),
     Key("d", "findings", "doctor: every finding and danger clock, with fixes", short="doctor"),
     Key("P", "pull", "pull the selected job's outputs home, verified (no job: all)",
-        short="pull"),
-    Key("T", "gate", "teardown gate: is it safe to stop paying for this host?", short="gate"),
+        short="pull", group="host"),
+    Key("T", "gate", "teardown gate: is it safe to stop paying for this host?", short="gate",
+        group="host"),
     Key("q", "quit", "quit", short="quit"),
 )
 
-_KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab"}
+_KEY_NAMES = {"slash": "/", "question_mark": "?", "shift+tab": "shift+tab", "plus": "+",
+              "minus": "-"}
 
 
 def key_label(spec: str) -> str:
@@ -56,32 +68,39 @@ def key_label(spec: str) -> str:
     return " ".join(_KEY_NAMES.get(k, k) for k in spec.split(","))
 
 
-class HelpScreen(ModalScreen[None]):
-    """Every key, from KEYS."""
+def key_hint() -> str:
+    """Every footer key on one line for 80 columns, a group's keys together ("K R a job",
+    "r s P T host"), where the footer's one word per key no longer fits; ? lists them all."""
+    parts: dict[str, list[str]] = {}
+    for k in KEYS:
+        if k.short:
+            parts.setdefault(k.group or k.short, []).append(key_label(k.key))
+    return "  ".join(f"{' '.join(keys)} {label}" for label, keys in parts.items())
+
+
+PALETTE_FOOTER_WIDTH = 12  # "▏^p palette ", docked right of the keys
+
+
+def footer_width() -> int:
+    """Columns Textual's footer takes to show every key with its word and the palette's key:
+    below this the room shows key_hint's one line instead."""
+    keys = sum(len(key_label(k.key)) + len(k.short) + 3 for k in KEYS if k.short)
+    return 1 + keys + PALETTE_FOOTER_WIDTH
+
+
+class HelpScreen(DetailScreen):
+    """Every key, from KEYS: the detail screen's rows, a key and what it does."""
 
     DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > Vertical {
-        width: 64; max-width: 100%; height: auto; max-height: 100%;
-        border: round $accent; padding: 0 1; background: $surface;
-    }
+    HelpScreen > VerticalScroll { width: 72; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark,q", "dismiss_help", "Close"),
+        Binding("escape,question_mark,q", "close", "Close"),
     ]
 
-    def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        for k in KEYS:
-            table.add_row(key_label(k.key), k.description)
-        with Vertical():
-            yield Static("[b]gpuroom keys[/b]  (esc closes; ctrl+p runs any of them by name)")
-            yield Static(table)
-
-    def action_dismiss_help(self) -> None:
-        self.dismiss(None)
+    def __init__(self) -> None:
+        super().__init__("gpuroom keys", [(key_label(k.key), k.description) for k in KEYS],
+                         closes="esc closes; ctrl+p runs any of them by name")
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -101,15 +120,16 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes: str = "Kill") -> None:
         super().__init__()
         self.question = question
+        self.yes = yes  # the button's verb: what "y" does
 
     def compose(self) -> ComposeResult:
         with Grid():
             # The job name comes from the box: never parse it as markup.
             yield Label(self.question, id="question", markup=False)
-            yield Button("Kill (y)", variant="error", id="yes")
+            yield Button(f"{self.yes} (y)", variant="error", id="yes")
             yield Button("Cancel (n)", variant="primary", id="no")
 
     def on_mount(self) -> None:

@@ -22,7 +22,8 @@ from typing import Literal
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_utc
+from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
+from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
 
 Severity = Literal["info", "warn", "critical"]
@@ -444,6 +445,22 @@ def _slurm_ckpt_stale(host: str, key: str, job: Job, t: float) -> Finding | None
         f"{lead:.0f} s before the wall; {newest}")
 
 
+def _slurm_waits(host: str, key: str, job: Job, t: float) -> Finding | None:
+    """SLURM6: a pending job's reason code in words, what to do, and Slurm's expected start.
+    Info while it waits its turn; warn when the reason never clears on its own."""
+    if job.state != "queued" or not job.slurm_id:
+        return None
+    why = wait_reason(job.reason)
+    if why is None:
+        return None
+    seen = [f"Slurm job {job.slurm_id} PENDING ({why.code}): {why.meaning}"]
+    start = expected_start_text(job, t)
+    seen.append(start or "Slurm gives no expected start yet")
+    severity: Severity = "warn" if why.stuck else "info"
+    title = f"job {key} ({job.name or key}) waits: {why.code}"
+    return Finding("SLURM6", severity, host, title, "; ".join(seen), why.action)
+
+
 def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     """Steady Slurm findings: they hold as long as the job's record says so (Slurm's final
     state persists in the queue's events), not only on the poll that saw the change."""
@@ -454,7 +471,8 @@ def slurm_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     for key, job in _jobs(snap).items():
         if not job.is_slurm:
             continue
-        for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t)):
+        for f in (_slurm_end(host, key, job), _slurm_ckpt_stale(host, key, job, t),
+                  _slurm_waits(host, key, job, t)):
             if f is not None:
                 out.append(f)
     return out
@@ -496,7 +514,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
                         f"SM {fmt_number(clock)}/{fmt_number(clock_max)} MHz")
             out.append(_finding("U23", "warn", host, f"{label} is throttling",
                                 "; ".join(seen)))
-        pids = sorted({p.pid for p in gpu.processes if p.pid is not None})
+        pids = sorted({p.pid for p in gpu.processes if p.pid is not None
+                       and not p.display_only})
         if len(pids) >= 2:
             out.append(_finding(
                 "GEN7", "warn", host, f"{label} is shared by {len(pids)} processes",
@@ -543,8 +562,10 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             m_old = _mtime(old.checkpoint)
             m_new = _mtime(job.checkpoint)
             ckpt_moved = m_old is not None and m_new is not None and m_new > m_old
-            # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs.
-            gpus = [] if job.is_slurm else _job_gpus(job, snap)
+            # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs;
+            # its own are those its in-allocation probe saw (issue 23), if any.
+            gpus = [g for n in (job.telemetry.nodes if job.telemetry else ()) for g in n.gpus] \
+                if job.is_slurm else _job_gpus(job, snap)
             utils = [g.util_gpu_pct for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
                     and (log_grew or ckpt_moved):
@@ -690,6 +711,39 @@ def disk_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Fi
     return out
 
 
+def missing_mount_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
+    """A mount the host's profile says to watch that is not there (principle 4, U7): what is
+    written to that path lands on whatever disk holds its parent, which may not survive."""
+    if profile is None:
+        return []
+    expected = {m.path: m for m in profile.mounts}
+    out: list[Finding] = []
+    for d in snap.disks:
+        mount = expected.get(d.path or "")
+        if mount is None or not d.missing:
+            continue
+        name = profile.title or profile.platform
+        out.append(Finding(
+            "U7", "warn", host,
+            f"{mount.path}: not mounted, but the {name} profile expects its {mount.role} there",
+            f"{mount.path}: {d.error}; the profile says: {mount.note or mount.role}",
+            f"attach or mount the {mount.role} at {mount.path} before writing checkpoints; "
+            "if this box keeps it elsewhere, add that path to the host's mounts in hosts.toml"))
+    return out
+
+
+def queue_write_findings(host: str, snap: Snapshot) -> list[Finding]:
+    """A queue runner whose writes fail (a full disk or inode table, issue 18): it lives and
+    backs off, but no job starts or ends on the record until space is freed (U7)."""
+    out: list[Finding] = []
+    for q in snap.queue.queues if snap.queue is not None else ():
+        error = q.runner.write_error if q.runner is not None else None
+        if error:
+            out.append(_finding("U7", "critical", host,
+                                f"queue {q.name}: the runner cannot write its files", error))
+    return out
+
+
 # ------------------------------------------------------------------------------- blind spots
 
 def blind_findings(host: str, snap: Snapshot) -> list[Finding]:
@@ -732,9 +786,36 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += gpu_findings(host, prev, snap)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
+    out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
+    out += queue_write_findings(host, snap)
     out += blind_findings(host, snap)
+    out += job_node_findings(host, prev, snap, profile)
     return sort_findings(out)
+
+
+def job_node_findings(host: str, prev: Snapshot | None, snap: Snapshot,
+                      profile: Profile | None) -> list[Finding]:
+    """The GPU, disk and memory rules on each node of each running Slurm job, as its
+    in-allocation probe saw it (issue 23): the login node's GPUs are not the job's."""
+    before = {(j.slurm_id, n.host.hostname): n for j, n in prev.job_nodes} \
+        if prev is not None else {}
+    out: list[Finding] = []
+    for job, node in snap.job_nodes:
+        where = f"{host}/{fmt_text(node.host.hostname) or '?'}"  # the node's word: inert
+        old = before.get((job.slurm_id, node.host.hostname))
+        now_snap = node.as_snapshot()
+        out += gpu_findings(where, old.as_snapshot() if old is not None else None, now_snap)
+        out += disk_findings(where, now_snap, profile)
+        oom, oom_before = node.cgroup.oom_kill, old.cgroup.oom_kill if old else None
+        if oom is not None and oom_before is not None and oom > oom_before:
+            out.append(_finding(
+                "SLURM4", "warn", where,
+                f"job {job.id} ({job.name or job.id}): OOM kill in its cgroup on the node",
+                f"Slurm job {job.slurm_id}: memory.events oom_kill {oom_before:.0f} -> "
+                f"{oom:.0f}; memory {fmt_bytes(node.cgroup.memory_current)} of "
+                f"{fmt_bytes(node.cgroup.memory_max)}"))
+    return out
 
 
 def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot | None],
@@ -761,6 +842,6 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 __all__ = [
     "FIX", "Finding", "Severity", "blind_findings", "diagnose", "diagnose_fleet", "disk_findings",
-    "gpu_findings", "job_findings", "link_findings", "slurm_findings", "sort_findings",
-    "vanished_findings", "walltime_left", "worst",
+    "gpu_findings", "job_findings", "job_node_findings", "link_findings", "slurm_findings",
+    "sort_findings", "vanished_findings", "walltime_left", "worst",
 ]

@@ -4,8 +4,8 @@ The doctor needs the previous good snapshot to see a transition (a job that vani
 reboot, an OOM counter that rose); the clock needs idle history. The watch keeps both, and
 keeps a transition's finding on screen after the poll that saw it ("the box rebooted" must
 not vanish five seconds later just because the next poll no longer sees a change) until the
-user clears it. It also decides which critical items are new, for the bell and
-``notify_command`` (once per item, never a teardown: principle 9).
+user clears it. Which critical items to alert on is decided by its ``alerts``
+(tui/rules/alerts.py), for the bell, ``notify_command`` and ``notify_url`` alike.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert, AlertGate
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose, sort_findings, vanished_findings
 from gpuroom.tui.rules.gate import Record
@@ -44,22 +45,14 @@ def cached_profile(name: str, cache: dict[str, Profile | None]) -> Profile | Non
     return cache[name]
 
 
-def _key(item: Finding | ClockItem) -> tuple[str, str, str]:
-    """What makes a banner item "the same" across polls: the idle line's text changes every
-    poll ($ burnt grows), its host and kind do not."""
-    if isinstance(item, Finding):
-        return (item.host, item.id, item.title)
-    return (item.host, item.kind, "")
-
-
 class FleetWatch:
     """Findings and clocks for every host, updated by ``observe`` after each poll."""
 
-    def __init__(self) -> None:
+    def __init__(self, renotify_s: float = DEFAULT_RENOTIFY_S) -> None:
         self._mem: dict[str, _HostMemory] = {}
         self._profiles: dict[str, Profile | None] = {}
         self.tracker = IdleTracker()
-        self._alerted: set[tuple[str, str, str]] = set()
+        self.alerts = AlertGate(renotify_s)
 
     def profile(self, name: str) -> Profile | None:
         return cached_profile(name, self._profiles)
@@ -125,23 +118,8 @@ class FleetWatch:
         hosts = list(hosts)
         return banner_lines(self.findings(), self.clocks(hosts, now, records), limit=limit)
 
-    def new_criticals(self, findings: Iterable[Finding], clocks: Iterable[ClockItem]
-                      ) -> list[str]:
-        """Critical items not alerted before, as banner lines; each is returned once.
-
-        ``findings`` and ``clocks`` are this moment's (``findings()``, ``clocks()``). An item
-        that clears and comes back later is new again.
-        """
-        items: list[Finding | ClockItem] = [f for f in findings if f.severity == "critical"]
-        items += [c for c in clocks if c.severity == "critical"]
-        live = {_key(i) for i in items}
-        self._alerted &= live
-        fresh = []
-        for i in items:
-            k = _key(i)
-            if k in self._alerted:
-                continue
-            self._alerted.add(k)
-            fresh.append(banner_lines([i], [])[0] if isinstance(i, Finding)
-                         else banner_lines([], [i])[0])
-        return fresh
+    def new_criticals(self, findings: Iterable[Finding], clocks: Iterable[ClockItem],
+                      now: float) -> list[Alert]:
+        """The critical items to alert on now (``findings()`` and ``clocks()`` of this
+        moment): new, changed, or due again after the re-notify interval."""
+        return self.alerts.due(findings, clocks, now)

@@ -35,7 +35,7 @@ from gpuroom.tui.config import (
 )
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
-from gpuroom.tui.snapshot import snapshot_problems
+from gpuroom.tui.snapshot import load_answer, snapshot_problems
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
 CONNECT_TIMEOUT_S = 10.0
@@ -139,7 +139,7 @@ class ServeChannel:
         self._writer.write(json.dumps(payload, separators=(",", ":")).encode() + b"\n")
         await self._writer.drain()
         line = await self._read_line(cap)
-        answer = json.loads(line)
+        answer = load_answer(line)
         if not isinstance(answer, dict):
             raise ValueError("serve answered something other than a JSON object")
         return answer
@@ -264,19 +264,30 @@ class SshTransport:
     async def connect(cls, host: str, alias: str, ssh_config: Path | None,
                       python: str = "python3") -> SshTransport:
         config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
-        ciphers = await _cipher_preference(config, alias)
+        options = await _config_options(config, alias)
+        ciphers = _cipher_preference(options)
+        hops = _proxy_jump(options)
+        # The jump hosts first, each failure naming its hop; asyncssh's own ProxyJump would
+        # raise the same OSError for a dead jump as for a dead box behind it.
+        jump = await _open_jumps(host, alias, hops, config) if hops else None
         try:
-            conn = await asyncssh.connect(
-                alias,
-                config=config,
-                connect_timeout=CONNECT_TIMEOUT_S,
-                login_timeout=LOGIN_TIMEOUT_S,
-                keepalive_interval=KEEPALIVE_INTERVAL_S,
-                keepalive_count_max=KEEPALIVE_COUNT_MAX,
-                # Probes are small JSON; compression only costs CPU on both ends.
-                compression_algs=None,
-                encryption_algs=ciphers,
-            )
+            try:
+                conn = await asyncssh.connect(
+                    alias,
+                    config=config,
+                    tunnel=jump or (),
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    login_timeout=LOGIN_TIMEOUT_S,
+                    keepalive_interval=KEEPALIVE_INTERVAL_S,
+                    keepalive_count_max=KEEPALIVE_COUNT_MAX,
+                    # Probes are small JSON; compression only costs CPU on both ends.
+                    compression_algs=None,
+                    encryption_algs=ciphers,
+                )
+            except BaseException:
+                if jump is not None:
+                    jump.close()
+                raise
         except asyncssh.HostKeyNotVerifiable as exc:
             raise await _host_key_error(host, alias, config) from exc
         except asyncssh.PermissionDenied as exc:
@@ -286,9 +297,18 @@ class SshTransport:
         except socket.gaierror as exc:
             raise _unresolved(host, alias, ssh_config, exc) from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            if hops:
+                last = hops.split(",")[-1]
+                raise LinkError(host, f"the jump host {last!r} answered, but {alias!r} behind "
+                                f"it did not: {_describe(exc)}",
+                                fix=f"check the box from the jump host (ssh {last}, then ssh "
+                                    f"to the HostName of {alias}): is it up, is the address "
+                                    "right?") from exc
             raise LinkError(host, f"cannot connect to {alias!r}: {_describe(exc)}",
                             fix="check that the box is up and the alias is right "
                                 f"(ssh {alias} true)") from exc
+        if jump is not None:
+            conn.set_tunnel(jump)  # closing the box's connection closes the jumps too
         return cls(conn, python, user_ciphers=not ciphers)
 
     async def exec(self, argv: list[str], *, stdin: bytes | None, cap: int) -> ExecResult:
@@ -351,7 +371,16 @@ def _aes_gcm_first(algs: list[bytes]) -> list[bytes]:
     return sorted(algs, key=rank)  # stable: the rest keep asyncssh's order
 
 
-async def _cipher_preference(config: Any, alias: str) -> Any:
+async def _config_options(config: Any, alias: str) -> asyncssh.SSHClientConnectionOptions:
+    """What the user's ssh_config says for ``alias``. Only the config is wanted here: no key
+    files, known_hosts or agent read for it (the connect that follows reads those once)."""
+    options: asyncssh.SSHClientConnectionOptions = \
+        await asyncssh.SSHClientConnectionOptions.construct(
+            config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
+    return options
+
+
+def _cipher_preference(options: asyncssh.SSHClientConnectionOptions) -> Any:
     """asyncssh's ciphers with AES-GCM first, unless the user's ssh_config names Ciphers.
 
     asyncssh offers chacha20-poly1305 first, as OpenSSH does, but computes it in Python-driven
@@ -360,13 +389,43 @@ async def _cipher_preference(config: Any, alias: str) -> Any:
     wrote is theirs.
     """
     default = list(asyncssh.encryption.get_default_encryption_algs())
-    # Only the config is wanted here: no key files, known_hosts or agent read for it (the
-    # connect that follows reads those once).
-    options = await asyncssh.SSHClientConnectionOptions.construct(
-        config=config, host=alias, client_keys=None, known_hosts=None, agent_path=None)
     if list(options.encryption_algs) != default:
         return ()  # () lets asyncssh take the config's own list
     return [alg.decode("ascii") for alg in _aes_gcm_first(default)]
+
+
+def _proxy_jump(options: asyncssh.SSHClientConnectionOptions) -> str | None:
+    """The alias's ProxyJump as the user's ssh_config gives it ("jump", "u@a:22,b"), or None."""
+    tunnel = options.tunnel
+    return tunnel if isinstance(tunnel, str) and tunnel and tunnel != "none" else None
+
+
+async def _open_jumps(host: str, alias: str, hops: str,
+                      config: Any) -> asyncssh.SSHClientConnection:
+    """Each ProxyJump hop in turn, as asyncssh itself would, but a hop that fails is named:
+    "cannot reach the jump host 'jump' (ProxyJump of 'box'): ..."."""
+    conn: asyncssh.SSHClientConnection | None = None
+    for hop in hops.split(","):
+        user, _, target = hop.rpartition("@")
+        name, _, port = target.partition(":")
+        try:
+            nxt = await asyncssh.connect(
+                name, int(port) if port.isdigit() else (), username=user or (),
+                tunnel=conn or (), config=config, connect_timeout=CONNECT_TIMEOUT_S,
+                login_timeout=LOGIN_TIMEOUT_S)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, (OSError, asyncssh.Error, asyncio.TimeoutError)):
+                raise LinkError(host, f"cannot reach the jump host {hop!r} (ProxyJump of "
+                                f"{alias!r}): {_describe(exc)}",
+                                fix=f"check the jump host first (ssh {hop} true), then "
+                                    f"{alias} behind it") from exc
+            raise
+        nxt.set_tunnel(conn)  # closing the last hop closes the ones before it
+        conn = nxt
+    assert conn is not None  # hops is never empty
+    return conn
 
 
 def _unresolved(host: str, alias: str, ssh_config: Path | None,
@@ -546,7 +605,7 @@ class HostLink:
             raise LinkError(self.name, f"{transport.python} failed on the box "
                             f"({result.failure()})")
         try:
-            info = json.loads(result.stdout)
+            info = load_answer(result.stdout)
         except ValueError as exc:
             raise LinkError(self.name, "the box's python3 printed something unexpected "
                             "(a login banner or shell rc writing to stdout?)",
@@ -642,7 +701,7 @@ class HostLink:
                 stdin=None, cap=self.output_cap)
             if result.rc != 0:
                 raise LinkError(self.name, f"probe failed ({result.failure()})")
-            snapshot = json.loads(result.stdout)
+            snapshot = load_answer(result.stdout)
         return check_document(self.name, snapshot)
 
     async def helper(self, *args: str, stdin: bytes | None = None,

@@ -39,6 +39,7 @@ import platformdirs
 
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
+from gpuroom.tui.snapshot import load_answer
 from gpuroom.tui.transport.link import (
     CONNECT_TIMEOUT_S,
     PULL_READ_TIMEOUT_S,
@@ -164,7 +165,7 @@ async def take_manifest(link: HostLink, remote_dir: str, only: list[str] | None 
         timeout_s = max(timeout_s, deadline_s + 60.0)
     result = await link.helper(*args, timeout_s=timeout_s)
     try:
-        doc = json.loads(result.stdout)
+        doc = load_answer(result.stdout)
     except ValueError:
         raise PullError(f"{link.name}: manifest of {remote_dir} failed "
                         f"({result.failure()})") from None
@@ -263,7 +264,7 @@ async def load_test(path: Path) -> tuple[bool, str]:
     if proc.returncode == 0:
         return True, "torch.load(map_location='cpu', weights_only=True) OK"
     try:
-        message = sanitize_line(str(json.loads(out.splitlines()[-1]).get("error")))
+        message = sanitize_line(str(load_answer(out.splitlines()[-1]).get("error")))
     except (ValueError, IndexError, AttributeError):
         message = last_words(err) or f"exit {proc.returncode}"
     return False, f"load test failed: {message}"

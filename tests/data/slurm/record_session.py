@@ -57,6 +57,13 @@ def remote(home: str, *argv: str) -> dict[str, Any]:
     return doc
 
 
+def recorder_line(snap: dict[str, Any]) -> str:
+    """One line as tui/fleet/live.py's Recorder writes it, for host ``login``."""
+    return json.dumps({"t": time.time(), "host": HOST, "profile": "slurm", "state": "up",
+                       "error": None, "snapshot": snap, "price_per_hour": None,
+                       "rented_at": None}, separators=(",", ":"), sort_keys=True)
+
+
 def jobs_of(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     queues = (snapshot.get("queue") or {}).get("queues") or {}
     return [j for view in queues.values() for j in (view or {}).get("jobs") or []]
@@ -89,10 +96,7 @@ def main() -> int:
         with out.open("w", encoding="utf-8") as f:
             while True:
                 snap = session.snapshot(request)
-                f.write(json.dumps({"t": time.time(), "host": HOST, "profile": "slurm",
-                                    "state": "up", "error": None, "snapshot": snap,
-                                    "price_per_hour": None, "rented_at": None},
-                                   separators=(",", ":"), sort_keys=True) + "\n")
+                f.write(recorder_line(snap) + "\n")
                 f.flush()
                 logs = {}
                 for job in jobs_of(snap):

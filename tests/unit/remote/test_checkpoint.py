@@ -296,6 +296,9 @@ def test_nothing_pruned_when_the_new_file_does_not_load_back(
 # --- corrupt files and temps -----------------------------------------------------------------
 
 
+@pytest.mark.attack(
+    "faults",
+    "a corrupt newest checkpoint: skipped, reported, moved aside, the previous one loads")
 def test_corrupt_newest_is_skipped_reported_and_moved_aside(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -318,6 +321,9 @@ def test_corrupt_newest_is_skipped_reported_and_moved_aside(
     assert [s for s, _ in Checkpointer(tmp_path).checkpoints()] == [1, 2]
 
 
+@pytest.mark.attack(
+    "faults",
+    "every checkpoint unloadable: an error, never a silent restart from step 0")
 def test_all_checkpoints_unloadable_raises_instead_of_restarting(tmp_path: Path) -> None:
     ck = Checkpointer(tmp_path)
     ck.save(1, model=_weights_filled(1.0, 4))

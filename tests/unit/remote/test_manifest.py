@@ -113,6 +113,7 @@ def test_defer_above_lists_big_uncached_files_without_reading_them(
     [3, OLD_NS, 123],                    # key matches, digest is not a string
     [3, OLD_NS, "0" * 63],               # key matches, digest is not a sha256
 ], ids=["int", "short", "int-digest", "short-digest"])
+@pytest.mark.attack("bad answers", "a junk entry in the box's hash cache: rehashed, not trusted")
 def test_junk_cache_entry_is_rehashed_not_trusted(home: Path, tmp_path: Path,
                                                   entry: object) -> None:
     """Regression: load_cache checked only the outer shape, so a junk entry crashed the

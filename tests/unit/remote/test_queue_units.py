@@ -181,6 +181,7 @@ def test_queue_add_options_after_host_are_options(cli: list[str], name: str | No
     assert (args.name, args.retries) == (name, retries)
 
 
+@pytest.mark.attack("faults", "a wrongly typed event is skipped with a warning not raised")
 def test_a_wrongly_typed_event_is_skipped_with_a_warning_not_raised(tmp_path: Path) -> None:
     # Issue 18 item 2: {"ev": "added", ..., "retries": "x"} made the fold raise, so queue ls
     # exited 1 and the runner died; a job on the box can write this file.
@@ -227,3 +228,84 @@ def test_queue_ls_prints_the_skipped_event(tmp_path: Path,
     out = capsys.readouterr().out
     assert "warning: event seq 2 (added) skipped: ValueError" in out
     assert "\x1b[2J" not in out
+
+
+def test_job_ids_count_jobs_not_events(tmp_path: Path) -> None:
+    # Issue 17 item 16: an id was the seq of its `added` event, so each job's launching,
+    # started and exited events made the ids jump j1 -> j5 -> j9.
+    from gpuroom.remote.queue import add_job
+
+    ids = []
+    for n in range(3):
+        doc = add_job(str(tmp_path), "default", {"argv": ["true"], "cwd": "/"}, start=False)
+        assert doc["ok"] is True and doc["recorded"] is True
+        ids.append(doc["job"])
+        qdir = queue_dir(str(tmp_path), "default")
+        _events(Path(qdir), ("launching", {"job": doc["job"], "attempt": 1}),
+                ("started", {"job": doc["job"], "attempt": 1, "pid": 1}),
+                ("exited", {"job": doc["job"], "attempt": 1, "exit_code": n}))
+    assert ids == ["j1", "j2", "j3"]
+    state = fold(read_events(queue_dir(str(tmp_path), "default"))[0])
+    assert [(j["id"], j["state"]) for j in state["jobs"].values()] == [
+        ("j1", "succeeded"), ("j2", "failed"), ("j3", "failed")]
+
+
+def test_job_ids_go_on_after_a_queue_numbered_by_seq(tmp_path: Path) -> None:
+    from gpuroom.remote.queue import add_job
+
+    # A queue written before: ids were seqs (j1, j5); the next job must not reuse either.
+    qdir = Path(queue_dir(str(tmp_path), "default"))
+    qdir.mkdir(parents=True)
+    _events(qdir, ("added", {"argv": ["a"]}), ("launching", {"job": "j1", "attempt": 1}),
+            ("started", {"job": "j1", "attempt": 1}), ("exited", {"job": "j1", "attempt": 1}),
+            ("added", {"argv": ["b"]}))
+    doc = add_job(str(tmp_path), "default", {"argv": ["c"], "cwd": "/"}, start=False)
+    assert doc["job"] == "j6"
+    state = fold(read_events(str(qdir))[0])
+    assert sorted(state["jobs"]) == ["j1", "j5", "j6"]
+
+
+@pytest.mark.attack("faults", "a forged added event reusing an id is skipped")
+def test_a_forged_added_event_reusing_an_id_is_skipped(tmp_path: Path) -> None:
+    events = _events(tmp_path, ("added", {"argv": ["a"], "job": "j1"}),
+                     ("added", {"argv": ["evil"], "job": "j1"}),
+                     ("added", {"argv": ["b"], "job": "jx"}))
+    state = fold(events)
+    assert [j["argv"] for j in state["jobs"].values()] == [["a"]]
+    assert [s.split(":")[0] for s in state["skipped_events"]] == [
+        "event seq 2 (added) skipped", "event seq 3 (added) skipped"]
+
+
+def test_exit_fields_are_an_int_and_a_signal_name_or_the_event_is_skipped(tmp_path: Path) -> None:
+    from gpuroom.remote.queue_runner import signal_name
+
+    # Issue 18 item 1: these fields carried OSC 52 to the terminal; a signal Python cannot
+    # name (a real-time one) is its number, not a crash of the wrapper.
+    assert (signal_name(9), signal_name(36)) == ("SIGKILL", "36")
+    run = {"job": "j1", "attempt": 1}
+    events = _events(
+        tmp_path, ("added", {"argv": ["a"], "job": "j1"}), ("launching", run),
+        ("started", {**run, "pid": 5}),
+        ("exited", {**run, "exit_code": "\x1b]52;c;eA==\x07", "signal": None}),
+        ("exited", {**run, "exit_code": None, "signal": "[b]SIG\x1b[2J"}),
+        ("exited", {**run, "exit_code": True}),
+        ("exited", {**run, "exit_code": None, "signal": "36"}))
+    state = fold(events)
+    assert [s.split(":")[0] for s in state["skipped_events"]] == [
+        f"event seq {n} (exited) skipped" for n in (4, 5, 6)]
+    [attempt] = state["jobs"]["j1"]["attempts"]
+    assert (attempt["exit_code"], attempt["signal"], state["jobs"]["j1"]["state"]) == (
+        None, "36", "failed")
+
+
+def test_a_forged_huge_job_id_refuses_the_add_instead_of_adding_a_job_never_run(
+        tmp_path: Path) -> None:
+    from gpuroom.remote.queue import add_job
+
+    qdir = Path(queue_dir(str(tmp_path), "default"))
+    qdir.mkdir(parents=True)
+    _events(qdir, ("added", {"argv": ["a"], "job": "j" + "9" * 18}))
+    before = (qdir / "events.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="out of range; nothing was added"):
+        add_job(str(tmp_path), "default", {"argv": ["b"], "cwd": "/"}, start=False)
+    assert (qdir / "events.jsonl").read_bytes() == before

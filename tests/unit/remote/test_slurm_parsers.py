@@ -166,3 +166,26 @@ def test_split_job_id() -> None:
     assert split_job_id("123.batch") == ("123", "batch")
     assert split_job_id("123_4.extern") == ("123_4", "extern")
     assert split_job_id("123+0") == ("123+0", None)
+
+
+def test_squeue_long_output_with_its_leading_date_line() -> None:
+    # `squeue -l` (and every block of `squeue -i N`) starts with the date; the capture's
+    # source had that line and a blank line above the header (see the fixture's note).
+    text = "Thu May 08 10:14:03 2025\n\n" + capture("squeue-default-stampede3-pd-priority.txt")
+    assert parse_squeue(text) == SQUEUE_EXPECTED["squeue-default-stampede3-pd-priority.txt"]
+
+
+def test_squeue_long_format_running_and_pending() -> None:
+    # squeue -l as Slurm 22.05 prints it ("%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R").
+    lines = [
+        "Tue Nov 24 12:00:07 2026",
+        f"{'JOBID':>18} {'PARTITION':>9} {'NAME':>8} {'USER':>8} {'STATE':>8} {'TIME':>10} "
+        f"{'TIME_LIMI':>9} {'NODES':>6} NODELIST(REASON)",
+        f"{'41':>18} {'debug':>9} {'train':>8} {'root':>8} {'RUNNING':>8} {'0:05':>10} "
+        f"{'1:00':>9} {'1':>6} node1",
+        f"{'42':>18} {'debug':>9} {'wide':>8} {'root':>8} {'PENDING':>8} {'0:00':>10} "
+        f"{'UNLIMITED':>9} {'1':>6} (Resources)",
+    ]
+    rows = parse_squeue("\n".join(lines) + "\n")
+    assert [(r["JOBID"], r["STATE"], r["TIME_LIMI"], r["NODELIST(REASON)"]) for r in rows] == [
+        ("41", "RUNNING", "1:00", "node1"), ("42", "PENDING", "UNLIMITED", "(Resources)")]

@@ -24,6 +24,7 @@ def test_missing_file_means_local_host(tmp_path: Path) -> None:
     assert only.name == "local" and only.local
 
 
+@pytest.mark.attack("bad configuration", "a hosts.toml that is not TOML: file and line named")
 def test_not_toml_names_file_and_line(tmp_path: Path) -> None:
     p = write(tmp_path, "[hosts.a]\nssh = box\n")
     with pytest.raises(cfg.ConfigError) as err:
@@ -32,6 +33,9 @@ def test_not_toml_names_file_and_line(tmp_path: Path) -> None:
     assert str(p) in text and "line 2" in text and "Fix:" in text
 
 
+@pytest.mark.attack(
+    "bad configuration",
+    "one malformed host in hosts.toml: that host fails, the rest load")
 def test_bad_host_is_isolated(tmp_path: Path) -> None:
     p = write(tmp_path, """
 [hosts.good]
@@ -51,6 +55,7 @@ ssh = "-oProxyCommand=touch /tmp/x"
     assert "option" in (config.hosts["dash"].error or "")
 
 
+@pytest.mark.attack("bad configuration", "wrongly typed hosts.toml values: each field named")
 def test_wrong_types_are_named(tmp_path: Path) -> None:
     p = write(tmp_path, """
 [hosts.a]
@@ -63,6 +68,7 @@ teardown_command = "runpodctl stop pod x"
     assert "price_per_hour" in err and "mounts" in err and "argv list" in err
 
 
+@pytest.mark.attack("bad configuration", "an unknown [settings] key: an error with the fix")
 def test_unknown_setting_is_fatal_with_fix(tmp_path: Path) -> None:
     p = write(tmp_path, "[settings]\npoll_every = 3\n")
     with pytest.raises(cfg.ConfigError, match=r"poll_every.*known: poll_interval_s"):
@@ -116,6 +122,7 @@ def test_cli_hosts_add_list_remove_import(tmp_path: Path, capsys: pytest.Capture
     assert "box" not in cfg.load(p).hosts
 
 
+@pytest.mark.attack("bad configuration", "a broken hosts.toml through the CLI: one line, exit 2")
 def test_cli_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write(tmp_path, "not = [toml")
     assert main(["--config", str(p), "status", "--json"]) == 2
@@ -125,6 +132,9 @@ def test_cli_config_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize("verb", [[], ["status"], ["hosts", "list"], ["doctor"],
                                   ["queue", "ls", "x"], ["pull", "x"], ["gate", "x"],
                                   ["record", "out.jsonl"]])
+@pytest.mark.attack(
+    "bad configuration",
+    "--config naming a file that does not exist: exit 2, not the local room")
 def test_a_named_config_that_does_not_exist_is_an_error(
         verb: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Issue 18: `--config /no/such/file.toml` silently opened the local room.

@@ -276,6 +276,9 @@ def test_after_a_requeue_pending_counts_from_the_requeue() -> None:
     assert item[0].seconds == pytest.approx(t - requeued_at)
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "escape sequences in a Slurm pending reason: inert in the finding")
 def test_a_reason_cannot_drive_the_terminal() -> None:
     snap, t = snap_at(first(_wide_pending))
     wide = dict(jobs(snap)["wide"], reason="Resources\x1b]52;c;ZXZpbA==\x07\x1b[2J" + "x" * 200)

@@ -35,6 +35,9 @@ def test_a_real_snapshot_has_no_problems() -> None:
     ({"disks": 7}, "section 'disks' is a number, expected a list"),
     ({"queue": ["j1"]}, "section 'queue' is a list, expected an object"),
 ])
+@pytest.mark.attack(
+    "bad answers",
+    "schema 999 or a section of the wrong type: a host error naming both, never UP")
 def test_wrong_schema_or_section_type_is_a_host_error(change: dict[str, Any], said: str) -> None:
     snap = {**_real(), **change}
     assert snapshot_problems(snap, SCHEMA) == [said]
@@ -45,6 +48,7 @@ def test_wrong_schema_or_section_type_is_a_host_error(change: dict[str, Any], sa
     assert said in text and "~/.gpuroom/bin" in text
 
 
+@pytest.mark.attack("bad answers", "an answer that is not a JSON object: refused")
 def test_every_problem_is_counted_and_a_non_document_is_refused() -> None:
     snap = {**_real(), "schema": 2, "host": [], "cgroup": "x"}
     assert len(snapshot_problems(snap, SCHEMA)) == 3
@@ -54,6 +58,9 @@ def test_every_problem_is_counted_and_a_non_document_is_refused() -> None:
         "the answer is a list, not a probe document"]
 
 
+@pytest.mark.attack(
+    "injection",
+    "a non-UTF-8 byte in a job's argv: refused naming its position, no UnicodeEncodeError")
 def test_a_non_utf8_argument_is_refused_by_position_not_raised_as_unicode_error() -> None:
     # Issue 18 item 8: `queue add h -- python $'\xff'.py` gave a raw UnicodeEncodeError.
     from gpuroom.tui.errors import GpuroomError

@@ -95,6 +95,9 @@ def test_exit_codes_follow_the_cli() -> None:
         assert cls.exit_code == 1, cls
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "a GpuroomError carrying escapes, newlines and a huge text: one inert bounded line")
 def test_one_line_is_inert_single_and_bounded() -> None:
     line = one_line(ValueError("job \x1b]52;c;ZXZpbA==\x07name\n\x1b[31mred\x1b[0m\n\n"))
     assert line == "ValueError: job name | red"
@@ -152,6 +155,9 @@ def test_one_huge_report_keeps_its_tail() -> None:
     assert "characters cut]" in text and text.rstrip().endswith("y")
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "escape sequences in an internal error: the error log file stays inert")
 def test_the_log_never_carries_escape_sequences() -> None:
     log_internal_error(raised(ValueError("name \x1b]0;owned\x07 \x1b[2J end")))
     text = internal_log_path().read_text()

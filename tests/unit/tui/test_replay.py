@@ -32,6 +32,9 @@ def test_load_orders_by_time_and_keeps_every_field() -> None:
     ("[1, 2]\n", "must be a JSON object"),
     ("\n\n", "no records"),
 ])
+@pytest.mark.attack(
+    "bad configuration",
+    "a recording that is not what gpuroom wrote: file and line named")
 def test_bad_recording_names_file_and_line(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
@@ -40,6 +43,9 @@ def test_bad_recording_names_file_and_line(tmp_path: Path, text: str, needle: st
     assert str(path) in str(err.value) and needle in str(err.value)
 
 
+@pytest.mark.attack(
+    "faults",
+    "a recording whose last line was cut by a crash: that line is dropped")
 def test_a_last_line_cut_by_a_crash_is_dropped(tmp_path: Path) -> None:
     good = (DOCTOR / "idle_3h.jsonl").read_text().splitlines()
     path = tmp_path / "cut.jsonl"

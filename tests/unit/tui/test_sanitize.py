@@ -60,6 +60,9 @@ ESC = "\x1b"
         ("two\nlines", "twolines"),
     ],
 )
+@pytest.mark.attack(
+    "hostile text",
+    "CSI, OSC 52/0/8, DCS/SOS/PM/APC, nF, 8-bit C1, C0, DEL and bidi overrides in one field")
 def test_sanitize_line_removes_every_control(raw: str, shown: str) -> None:
     assert sanitize_line(raw) == shown
 
@@ -78,6 +81,9 @@ def test_carriage_return_is_a_line_reset(raw: str, shown: str) -> None:
     assert sanitize_line(raw) == shown
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "every byte value 0-255 through the sanitizer: no control survives")
 def test_no_escape_or_control_survives_any_byte() -> None:
     """Guards the whole 8-bit range: after sanitizing, no C0 (but tab), DEL or C1 is left."""
     raw = bytes(range(256)).decode("latin-1") * 3
@@ -90,6 +96,7 @@ def test_strip_escapes_keeps_text_between_sequences() -> None:
     assert strip_escapes(f"{ESC}[1mbold{ESC}[22m and {ESC}[4munder{ESC}[24m") == "bold and under"
 
 
+@pytest.mark.attack("hostile text", "invalid UTF-8 in a log: replacement characters, no error")
 def test_invalid_utf8_becomes_replacement_char() -> None:
     assert display_line(b"ok \xff\xfe bad \xc3") == "ok \ufffd\ufffd bad \ufffd"
 
@@ -102,6 +109,7 @@ def test_truncate_display_marks_what_was_cut() -> None:
     assert out.endswith("[+10 chars]")
 
 
+@pytest.mark.attack("hostile text", "a 1 MB line: bounded for display")
 def test_one_megabyte_line_is_bounded() -> None:
     line = display_line(b"y" * (1 << 20))
     assert len(line) < MAX_DISPLAY_CHARS + 40
@@ -118,6 +126,9 @@ def test_splitter_joins_chunks_split_mid_character_and_mid_line() -> None:
     assert s.flush() == []
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "an escape sequence split across two log chunks: still stripped")
 def test_splitter_escape_split_across_chunks_is_still_stripped() -> None:
     s = LineSplitter()
     assert s.feed(b"a\x1b]52;c;") == []
@@ -133,6 +144,9 @@ def test_splitter_flush_and_reset() -> None:
     assert s.feed(b"new\n") == ["new"]
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "a newline-free flood of log bytes: the line splitter stays bounded")
 def test_splitter_bounds_a_newline_free_flood() -> None:
     s = LineSplitter(max_pending=1000)
     out: list[str] = []
@@ -204,6 +218,7 @@ def test_last_words_is_one_safe_line_of_the_tail() -> None:
         (None, b"killed\n", "no exit status: killed"),
     ],
 )
+@pytest.mark.attack("hostile text", "OSC 52 and CSI 2J in a failed helper's stderr: quoted inert")
 def test_exec_failure_quotes_stderr_inert(rc: int | None, stderr: bytes, said: str) -> None:
     assert ExecResult(rc, b"", stderr).failure() == said
 
@@ -218,6 +233,9 @@ def assert_terminal_safe(out: str) -> None:
     assert "[/]" in out  # shown as text, not read as markup (which would raise)
 
 
+@pytest.mark.attack(
+    "hostile text",
+    "OSC 52, CSI 2J and Rich markup in every cell of the status, doctor and queue tables")
 def test_cli_tables_print_the_box_text_inert(capsys: pytest.CaptureFixture[str]) -> None:
     from gpuroom.tui.cli.doctor import _print
     from gpuroom.tui.cli.main import _print_table

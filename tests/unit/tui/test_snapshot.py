@@ -37,6 +37,7 @@ SLURM_LINES = [json.loads(raw) for raw in (DATA / "slurm" / "session.jsonl").rea
     (3, 3.0), (2.5, 2.5), (0, 0.0), ("55.5", 55.5), (" 7 ", 7.0),
     (True, None), (False, None), (None, None), ("[N/A]", None), ("", None),
     (float("nan"), None), (float("inf"), None), ("inf", None), ([1], None), ({"a": 1}, None),
+    (10 ** 400, None),  # json reads an integer of any length; float() of it overflows
 ])
 def test_one_number_rule(value: Any, expected: float | None) -> None:
     assert number(value) == expected
@@ -73,6 +74,9 @@ def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
 WRONG = (None, True, "x", -1, 1e308, float("nan"), [], {}, [None], {"k": None})
 
 
+@pytest.mark.attack(
+    "bad answers",
+    "every leaf of a real snapshot replaced by a wrong type: read without a crash")
 def test_every_leaf_of_a_real_probe_and_a_slurm_poll_may_be_wrong() -> None:
     docs = [PROBE, SLURM_LINES[len(SLURM_LINES) // 2]["snapshot"]]
     checked = 0
@@ -87,6 +91,7 @@ def test_every_leaf_of_a_real_probe_and_a_slurm_poll_may_be_wrong() -> None:
         assert snap.jobs == () and snap.gpus == () and snap.host.time is None
 
 
+@pytest.mark.attack("bad answers", "a wrongly typed field reads as empty, not as a guessed value")
 def test_a_wrong_type_reads_as_empty_not_as_a_guess() -> None:
     raw = copy.deepcopy(PROBE)
     raw["host"]["time"] = "later"
@@ -202,6 +207,7 @@ def test_rules_and_present_load_no_transport() -> None:
     assert done.stdout.strip() == ""
 
 
+@pytest.mark.attack("bad answers", "NaN where a number belongs: no number")
 def test_nan_in_a_recording_is_no_number() -> None:
     # json.loads accepts NaN; a pane must not draw "nan%".
     snap = read_snapshot(json.loads('{"gpus": [{"power_w": NaN, "temp_c": Infinity}]}'))
