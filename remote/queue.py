@@ -5,7 +5,8 @@ Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom
 when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
 when the job is recorded and a live runner will see it, see ``add_job``):
 
-  add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
+  add [--name N] [--cwd DIR] [--env K=V]... [--env-stdin] [--secret NAME[=VAR]]...
+      [--gpus K] [--retries N] [--vram-mib M]
       [--retry-on-exit] [--after JOB[,JOB]] [--priority N]
       [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
@@ -20,7 +21,7 @@ when the job is recorded and a live runner will see it, see ``add_job``):
   relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
   pause | resume              start no new job / start them again (running ones go on)
   show ID                     one job as ``ls`` has it, with its newest checkpoint
-  edit ID [--name N] [--gpus K] [--env K=V]... [--unset-env K]... [-- ARGV...]
+  edit ID [--name N] [--gpus K] [--env K=V]... [--env-stdin] [--unset-env K]... [-- ARGV...]
                               a changed copy as a new job (the old one is kept)
   logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
   logs ID --lines N | --end E [--max-bytes M] | --json   one log chunk as JSON (the probe's)
@@ -409,6 +410,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------- subcommands
+ENV_STDIN_MAX = 1 << 20  # a job's whole environment, as JSON
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=None, help="default: $GPUROOM_HOME or ~/.gpuroom")
@@ -427,6 +430,33 @@ def _parse_env(items: List[str]) -> Dict[str, str]:
             raise SystemExit(f"gpuroom queue: --env wants KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         env[key] = value
+    return env
+
+
+def env_from_stdin(stream: Any) -> Dict[str, str]:
+    """``--env-stdin``: the job's environment as one JSON object of strings on stdin.
+
+    U34: an ``--env`` value on the helper's command line is in every ``ps`` of the box, so
+    the jump host sends the values here; the event file keeps them (0600 under ~/.gpuroom)
+    and every view redacts them."""
+    raw = stream.read(ENV_STDIN_MAX + 1)
+    if len(raw) > ENV_STDIN_MAX:
+        raise SystemExit(f"gpuroom queue: --env-stdin over {ENV_STDIN_MAX} bytes")
+    try:
+        env = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except ValueError:
+        raise SystemExit("gpuroom queue: --env-stdin wants one JSON object on stdin") from None
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+            for k, v in env.items()):
+        raise SystemExit("gpuroom queue: --env-stdin wants a JSON object of KEY: string")
+    return env
+
+
+def _job_env(args: argparse.Namespace) -> Dict[str, str]:
+    env = _parse_env(args.env)
+    if args.env_stdin:
+        env.update(env_from_stdin(sys.stdin.buffer))
     return env
 
 
@@ -463,6 +493,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--cwd", default=None, help="default: the current directory")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read more env as a JSON object on stdin (off the command line)")
     parser.add_argument("--secret", action="append", default=[], metavar="NAME[=ENVVAR]",
                         help="export a pushed secret (gpuroom-remote secret push) at launch")
     parser.add_argument("--gpus", type=int, default=None,
@@ -491,6 +523,7 @@ def _cmd_add(argv: List[str]) -> int:
         return 2
     root, queue = root_dir(args.root), check_queue_name(args.queue)
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    env = _job_env(args)
     slurm = args.backend == queue_slurm.BACKEND or (
         args.backend is None and queue_slurm.is_default(root, queue))
     try:
@@ -511,7 +544,7 @@ def _cmd_add(argv: List[str]) -> int:
                    "fix": "leave them out on a Slurm host (Slurm orders its queue itself)"})
             return 1
         try:
-            doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
+            doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=env,
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
                                   time_limit=args.time, signal_lead_s=args.signal_lead,
                                   cpus_per_task=args.cpus_per_task, partition=args.partition,
@@ -526,7 +559,7 @@ def _cmd_add(argv: List[str]) -> int:
         _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
                "fix": "gpuroom queue ls HOST lists the jobs"})
         return 1
-    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=_parse_env(args.env), gpus=args.gpus,
+    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=env, gpus=args.gpus,
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
                   durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
                   after=after, priority=args.priority, secrets=job_secrets)
@@ -809,6 +842,8 @@ def _cmd_edit(argv: List[str]) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--gpus", type=int, default=None)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read more env as a JSON object on stdin (off the command line)")
     parser.add_argument("--unset-env", action="append", default=[], metavar="KEY")
     parser.add_argument("--no-start", action="store_true")
     args = parser.parse_args(argv[:cut])
@@ -820,7 +855,7 @@ def _cmd_edit(argv: List[str]) -> int:
                "fix": "gpuroom queue ls HOST lists the jobs"})
         return 1
     env = {k: v for k, v in old["env"].items() if k not in args.unset_env}
-    env.update(_parse_env(args.env))
+    env.update(_job_env(args))
     fields = {k: old[k] for k in ("argv", "cwd", "gpus", "vram_mib", "retries", "retry_on_exit",
                                   "outputs", "durable_dir", "after", "priority",
                                   "secrets")}

@@ -15,9 +15,10 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
-from gpuroom.tui.errors import with_fix
+from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
@@ -31,7 +32,6 @@ LOG_CHUNK_BYTES = 256 << 10
 LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
-REDACTED = "<hidden>"  # an env value in queue show --json
 ANY_HOST = "any"  # queue add --host any: the host with the asked GPUs free (or a list a,b)
 
 
@@ -239,6 +239,26 @@ async def _place(args: argparse.Namespace) -> int | None:
     return None
 
 
+class EnvError(GpuroomError):
+    exit_code = 2
+
+
+def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
+    """``--env K=V`` as the helper's options and stdin: the values go on stdin (U34), where
+    no ``ps`` on the box sees them, and the helper's command line says only --env-stdin."""
+    env: dict[str, str] = {}
+    for n, item in enumerate(items, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            # The item is not echoed: it may be a bare token typed where KEY=VALUE belonged.
+            raise EnvError(f"--env number {n} is not KEY=VALUE (no '=' or no name)",
+                           "write --env NAME=value (a credential: gpuroom secret push)")
+        env[key] = value
+    if not env:
+        return [], None
+    return ["--env-stdin"], json.dumps(env).encode()
+
+
 async def _run(args: argparse.Namespace) -> int:
     if args.queue_cmd == "add" and _many_hosts(args.host):
         job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
@@ -262,8 +282,8 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value:
                     opts += ["--" + flag.replace("_", "-"), value]
-            for item in args.env:
-                opts += ["--env", item]
+            env_opts, env_stdin = env_on_stdin(args.env)
+            opts += env_opts
             for item in args.secret:
                 opts += ["--secret", item]
             for item in args.output:
@@ -275,8 +295,8 @@ async def _run(args: argparse.Namespace) -> int:
             if args.priority is not None:
                 opts += ["--priority", str(args.priority)]
             opts += ["--backend", backend, *_slurm_opts(args)]
-            doc = _json_or_fail(args.host, "add",
-                                await link.helper("queue", "add", *opts, "--", *argv))
+            doc = _json_or_fail(args.host, "add", await link.helper(
+                "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
@@ -308,12 +328,13 @@ async def _run(args: argparse.Namespace) -> int:
             argv = job_argv(args)
             opts = [*(["--name", args.name] if args.name else []),
                     *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
-            for item in args.env:
-                opts += ["--env", item]
+            env_opts, env_stdin = env_on_stdin(args.env)
+            opts += env_opts
             for item in args.unset_env:
                 opts += ["--unset-env", item]
             doc = _json_or_fail(args.host, "edit", await link.helper(
-                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else [])))
+                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
+                stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "show":
             doc = _json_or_fail(args.host, "show", await link.helper("queue", "show", args.job))
@@ -383,7 +404,7 @@ def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     if args.json:
         for job in jobs if isinstance(jobs, list) else []:
             if isinstance(job, dict) and isinstance(job.get("env"), dict):
-                job["env"] = dict.fromkeys(job["env"], REDACTED)
+                job["env"] = redact_env(job["env"])  # the box did; an old helper may not
         print(json.dumps(doc))
         return 0
     view = read_queue_view(doc)
