@@ -62,6 +62,7 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "du": _lazy("diskuse"),
     "manifest": _lazy("manifest"),
     "secret": _lazy("secrets"),
+    "rundirs": _lazy("rundirs"),
 }
 
 

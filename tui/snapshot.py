@@ -542,6 +542,7 @@ class Sync(View):
     """A finished job's copy of its outputs to the durable dir (U33)."""
 
     state: str | None = key(text)  # pending | synced | failed
+    dest: str | None = key(text)  # the durable dir the outputs were copied under
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,6 +607,7 @@ class Job(View):
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
+    outputs: tuple[str, ...] = key(texts)  # the --output globs copied to the durable dir
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")
@@ -702,6 +704,38 @@ class Queue(View):
     """Every queue on the box (remote/queue.py collect)."""
 
     queues: tuple[QueueView, ...] = nested(QueueView, "named")
+
+
+@dataclass(frozen=True, slots=True)
+class RunDir(View):
+    """A TensorBoard or wandb run dir under a job's cwd (remote/rundirs.py scan)."""
+
+    path: str = key(lambda v: text(v) or "")  # relative to the cwd
+    kind: str | None = key(text)  # tensorboard | wandb | wandb-offline
+    newest: float | None = key(number)  # the newest file's mtime (box clock)
+
+
+@dataclass(frozen=True, slots=True)
+class RunDirScan(View):
+    """One cwd's answer of ``gpuroom-remote rundirs``: run dirs written since ``since``."""
+
+    cwd: str | None = key(text)
+    since: float | None = key(number)
+    truncated: bool = key(flag)  # the bounded walk stopped early
+    missing: bool = key(flag)  # the cwd is gone
+    dirs: tuple[RunDir, ...] = nested(RunDir, "many")
+
+
+@dataclass(frozen=True, slots=True)
+class RunDirs(View):
+    ok: bool = key(flag)
+    scans: tuple[RunDirScan, ...] = nested(RunDirScan, "many")
+    cut: bool = key(flag)  # more cwds were asked than one call answers
+
+
+def read_rundirs(raw: Any) -> RunDirs:
+    """``gpuroom-remote rundirs --json``: the run dirs of each job's cwd."""
+    return RunDirs.read(raw)
 
 
 def read_log_doc(raw: Any) -> LogChunk:

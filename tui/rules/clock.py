@@ -27,12 +27,10 @@ from gpuroom.tui.rules.doctor import (
     walltime_left,
 )
 from gpuroom.tui.rules.gate import Record, job_pull
+from gpuroom.tui.rules.gpu_idle import gpu_idle
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
-from gpuroom.tui.snapshot import Gpu, Job, Snapshot
+from gpuroom.tui.snapshot import Job, Snapshot
 
-# A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
-# ~70 of 700 W; the idle A10 of fixtures/throttle/a10-... 21.3 of 150 W).
-IDLE_POWER_FRAC = 0.2
 # Idle shorter than this is between jobs, not forgotten.
 IDLE_NOTE_S = 10 * 60.0
 IDLE_WARN_S = 30 * 60.0
@@ -59,14 +57,6 @@ class ClockItem:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def gpu_idle(gpu: Gpu) -> bool:
-    power, limit = gpu.power_w, gpu.power_limit_w
-    if power is not None and limit:
-        return power <= IDLE_POWER_FRAC * limit
-    util = gpu.util_gpu_pct
-    return util is not None and util <= 1.0
 
 
 def is_idle(snap: Snapshot) -> bool:
