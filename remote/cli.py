@@ -63,6 +63,7 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "manifest": _lazy("manifest"),
     "secret": _lazy("secrets"),
     "rundirs": _lazy("rundirs"),
+    "preempt": _lazy("preempt"),
 }
 
 

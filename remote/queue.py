@@ -12,6 +12,7 @@ when the job is recorded and a live runner will see it, see ``add_job``):
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
       [--partition P] -- ARGV...
   config [--slots N] [--durable-dir DIR] [--idle-exit S] [--kill-grace S]
+      [--spot aws|gcp|azure] [--metadata-url URL]
       [--backend local|slurm] [--slurm-conf PATH] [--partition P] [--time T]
       [--signal-lead S] [--cpus-per-task N]
   start                       detach a runner (tmux session gpuroom-<queue>, else setsid)
@@ -51,7 +52,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm, secrets, slurm_telemetry
+from . import preempt, queue_slurm, secrets, slurm_telemetry
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -249,6 +250,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         "queue": queue,
         "dir": qdir,
         "config": state["config"],
+        "preempt": state["preempt"],  # the runner's record of a spot notice (remote/preempt.py)
         "runner": runner,
         "jobs": views,
         "order": state["order"],
@@ -658,6 +660,10 @@ def _cmd_config(argv: List[str]) -> int:
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--idle-exit", type=float, default=None)
     parser.add_argument("--kill-grace", type=float, default=None)
+    parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
+                        help="a spot box of this cloud: the runner watches for its notice")
+    parser.add_argument("--metadata-url", default=None,
+                        help="the cloud's metadata endpoint (default: the cloud's own)")
     _slurm_options(parser)
     parser.add_argument("--slurm-conf", default=None,
                         help="SLURM_CONF for every Slurm command of this queue")
@@ -670,7 +676,8 @@ def _cmd_config(argv: List[str]) -> int:
         queue_slurm.configure(root, queue, **slurm)
     ev = _append_request(root, queue, "configured", slots=args.slots,
                          durable_dir=args.durable_dir, idle_exit_s=args.idle_exit,
-                         kill_grace_s=args.kill_grace)
+                         kill_grace_s=args.kill_grace, spot_cloud=args.spot,
+                         metadata_url=args.metadata_url)
     _emit({"ok": True, "queue": queue, "seq": ev["seq"]})
     return 0
 

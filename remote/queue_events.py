@@ -10,7 +10,8 @@ Who writes what (pueue's rule: one owner of job state):
   ``relaunch_requested``, ``remove_requested``, ``reorder_requested``;
 - only the runner appends JOB-STATE events: ``launching``, ``started``, ``exited``, ``killed``,
   ``requeued``, ``orphaned_by_reboot``, ``vanished``, ``removed``, ``reordered``,
-  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``.
+  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``,
+  and ``preempt_notice`` (a spot box's cloud said it takes the box: remote/preempt.py).
   Pausing is a setting (``configured`` with ``paused``): the runner reads it and starts
   nothing new while it is true. An event that answers a
   request carries ``req`` = the request's seq; a request no event answers is pending.
@@ -60,11 +61,19 @@ LIVE_STATES = ("queued", *ACTIVE_STATES)  # not final: waiting or active
 FAILED_STATES = ("failed",)  # ended badly without being asked to
 # slots 0 = automatic: one job per GPU on a GPU box, one at a time on a CPU box.
 DEFAULT_CONFIG: Dict[str, Any] = {"slots": 0, "durable_dir": None, "idle_exit_s": 60.0,
-                                  "kill_grace_s": 30.0, "paused": False}
+                                  "kill_grace_s": 30.0, "paused": False, "spot_cloud": None,
+                                  "metadata_url": None}
 CONFIG_TYPES: Dict[str, Tuple[Any, str]] = {
     "slots": (int, "an integer"), "durable_dir": (str, "a string"),
     "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number"),
-    "paused": (bool, "true or false")}
+    "paused": (bool, "true or false"),
+    # A spot box's cloud (aws | gcp | azure) and its metadata endpoint (remote/preempt.py).
+    "spot_cloud": (str, "a string"), "metadata_url": (str, "a string")}
+# A cloud's preemption notice as the runner recorded it (remote/preempt.py).
+PREEMPT_FIELDS: Dict[str, Tuple[Any, str]] = {
+    "cloud": (str, "a string"), "action": (str, "a string"), "at": ((int, float), "a number"),
+    "t": ((int, float), "a number"), "boot_id": (str, "a string"),
+    "signalled": (int, "an integer")}
 # What a queued job of a paused queue says it waits for (``queue ls``, the room).
 PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
 # The states of a dependency (``add --after``) that fail the jobs waiting for it.
@@ -459,6 +468,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
     jobs: Dict[str, Dict[str, Any]] = {}
     order: List[str] = []
     config = dict(DEFAULT_CONFIG)
+    preempt_notice: Optional[Dict[str, Any]] = None
     answered = set()
     requests: Dict[int, Event] = {}
     last_seq = 0
@@ -517,6 +527,10 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 _field(ev, "grace", (int, float), "a number")
                 _field(ev, "position", int, "an integer")
                 requests[seq] = ev
+                continue
+            if kind == "preempt_notice":
+                preempt_notice = {k: _field(ev, k, kinds, what) for k, (kinds, what) in
+                                  PREEMPT_FIELDS.items()}
                 continue
             found = jobs.get(str(ev.get("job")))
             if found is None:
@@ -606,6 +620,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
     return {
         "queue": queue,
         "config": config,
+        "preempt": preempt_notice,
         "jobs": jobs,
         "order": list(order),
         "pending_requests": copy.deepcopy(pending),

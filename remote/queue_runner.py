@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, secrets, selfhash, vram
+from . import hostinfo, preempt, secrets, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -472,6 +472,8 @@ class Runner:
         self.failure_is_disk = False
         self.last_status = 0.0
         self.started_at = time.time()
+        self.preempt_checked = 0.0
+        self.preempt_error: Optional[str] = None
 
     # ----- plumbing
     def log(self, msg: str) -> None:
@@ -755,6 +757,31 @@ class Runner:
             return
         self.record_exit(job_id, act.attempt, status, act.start)
 
+    # ----- spot notices (U45)
+    def check_preemption(self) -> None:
+        """On a spot box with running jobs, ask the cloud at most every EVERY_S; a notice is
+        recorded once per boot and each job's group gets SIGUSR1 (its Checkpointer saves)."""
+        cloud = self.config("spot_cloud")
+        now = time.time()
+        if not cloud or not self.active or now - self.preempt_checked < preempt.EVERY_S:
+            return
+        self.preempt_checked = now
+        seen = self.state.get("preempt")
+        if seen and seen.get("boot_id") == self.boot_id:
+            return  # told and signalled already; the box goes down in seconds
+        got = preempt.check(cloud, self.config("metadata_url"))
+        if got["error"] != self.preempt_error:
+            self.preempt_error = got["error"]
+            self.log(f"preemption check: {got['error'] or 'answers again'}")
+        if not got["notice"]:
+            return
+        for active in self.active.values():
+            active.signal_group(signal.SIGUSR1)
+        self.emit("preempt_notice", cloud=cloud, action=got["action"], at=got["at"], t=now,
+                  boot_id=self.boot_id, signalled=len(self.active))
+        self.log(f"{cloud} preemption notice ({got['action']}, {got['seconds_left']} s left): "
+                 f"SIGUSR1 to {len(self.active)} job(s)")
+
     # ----- syncs
     def handle_syncs(self) -> None:
         while True:
@@ -958,6 +985,7 @@ class Runner:
         self.refresh()
         self.handle_requests()
         self.check_active()
+        self.check_preemption()
         self.handle_syncs()
         self.launch_ready()
         self.write_status(force=self.failure is not None)

@@ -678,12 +678,25 @@ class QueueRunner(View):
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptNotice(View):
+    """A spot box's preemption notice as the runner recorded it (remote/preempt.py)."""
+
+    cloud: str | None = key(text)  # aws | gcp | azure
+    action: str | None = key(text)  # terminate, stop, hibernate, preempt
+    at: float | None = key(number)  # when the cloud takes the box (epoch seconds)
+    t: float | None = key(number)  # when the runner saw the notice (the box's clock)
+    boot_id: str | None = key(text)  # the boot it was seen in
+    signalled: int | None = key(integer)  # running jobs sent SIGUSR1
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
     runner: QueueRunner | None = nested(QueueRunner, "maybe")
+    preempt: PreemptNotice | None = nested(PreemptNotice, "maybe")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)

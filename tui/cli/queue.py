@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
@@ -77,6 +78,9 @@ def add_cli(sub: Any) -> None:
                    help="jobs at once (0: one per GPU on a GPU box, 1 on a CPU box)")
     p.add_argument("--idle-exit", type=float, help="idle seconds before the runner leaves")
     p.add_argument("--kill-grace", type=float, help="seconds from SIGTERM to SIGKILL on kill")
+    p.add_argument("--spot", choices=CLOUDS, help="a spot box of this cloud: its preemption "
+                   "notice sends SIGUSR1 to every running job (the Checkpointer saves)")
+    p.add_argument("--metadata-url", help="the cloud's metadata endpoint (default: its own)")
     p.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands on the login node")
     p.add_argument("--partition")
     p.add_argument("--time")
@@ -300,7 +304,7 @@ async def _run(args: argparse.Namespace) -> int:
             return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
-            for flag in ("slots", "idle_exit", "kill_grace"):
+            for flag in ("slots", "idle_exit", "kill_grace", "spot", "metadata_url"):
                 value = getattr(args, flag)
                 if value is not None:
                     opts += ["--" + flag.replace("_", "-"), str(value)]
