@@ -86,7 +86,7 @@ def test_the_gate_sees_foreign_gpu_work_unsynced_outputs_and_a_tensorboard_dir(
         run_job(capsys, config, str(cwd), "--gpus", "0")
         items = gate(capsys, config)
     assert not items[RISK_ITEMS[0]]["ok"], items[RISK_ITEMS[0]]
-    assert "pid 3375095 /usr/bin/python, 18430 MiB" in items[RISK_ITEMS[0]]["detail"]
+    assert "pid 3375095 /usr/bin/python, 18GiB" in items[RISK_ITEMS[0]]["detail"]
     assert not items[RISK_ITEMS[1]]["ok"]
     assert "--output model.pt: no durable dir was set" in items[RISK_ITEMS[1]]["detail"]
     assert not items[RISK_ITEMS[2]]["ok"]

@@ -16,6 +16,7 @@ import tomli_w
 from harness.metadata import metadata_server
 
 from gpuroom.tui.cli.main import main
+from gpuroom.tui.snapshot import Snapshot, keys_seen, schema_keys
 
 pytestmark = pytest.mark.sshd
 
@@ -94,3 +95,8 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
     left = float(found[0]["title"].rsplit(" in ", 1)[1].split()[0])
     assert 0 < left <= 120
     assert "SIGUSR1 sent to 1 running job(s)" in found[0]["seen"]
+    # The poll carries every key tui/snapshot.py reads of a notice (the schema check).
+    assert main(["--config", str(box_config), "probe", "box", "--compact"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    wanted = {p for p, k in schema_keys(Snapshot) if k.origin == "preempt"}
+    assert wanted and wanted <= keys_seen(Snapshot, [snap]), wanted - keys_seen(Snapshot, [snap])

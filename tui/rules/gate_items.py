@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuroom.remote.queue_events import FINAL_STATES
+from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gpu_idle import gpu_idle
 from gpuroom.tui.sanitize import truncate_display
 from gpuroom.tui.snapshot import Job, RunDirs, Snapshot
 
 SHOWN = 5  # entries one item's detail names; the rest are counted
 NAME_CHARS = 40
+MIB = 1024 * 1024
 # Run dirs that hold the only copy (an online wandb run is on the tracker's server too).
 AT_RISK_KINDS = ("tensorboard", "wandb-offline")
 
@@ -53,7 +55,7 @@ def gpu_work_item(snapshot: Snapshot | None) -> GateItem:
                  if gpu.power_w is not None and gpu.power_limit_w else None)
         for p in procs:
             what = truncate_display(p.name or p.comm or "?", NAME_CHARS)
-            mem = f", {p.used_mib:.0f} MiB" if p.used_mib is not None else ""
+            mem = f", {fmt_bytes(p.used_mib * MIB)}" if p.used_mib is not None else ""
             seen.append(f"GPU {gpu.index}: pid {p.pid} {what}{mem}"
                         + (f" at {power}" if power else ""))
         if not procs and not gpu_idle(gpu):

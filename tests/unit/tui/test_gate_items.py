@@ -32,7 +32,7 @@ def test_a_foreign_process_on_an_h100_closes_the_gate(fixtures: Path) -> None:
     gpus = table(fixtures, "nvsmi_table/driver535-8xH100-with-processes.txt")
     item = gpu_work_item(snap(gpus, [{"id": "j1", "state": "succeeded"}]))
     assert not item.ok
-    assert "GPU 0: pid 3375095 /usr/bin/python, 18430 MiB at 259 W of 700 W" in item.detail
+    assert "GPU 0: pid 3375095 /usr/bin/python, 18GiB at 259 W of 700 W" in item.detail
     assert "(+3)" in item.detail  # eight processes, five named
 
 

@@ -150,6 +150,8 @@ ELSEWHERE = {
     "queue.queues{}.jobs[].edited_from",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
+    # A spot queue's preemption notice: tests/system/test_preempt_ssh.py polls one.
+    *required("preempt"),
 }
 
 
