@@ -52,7 +52,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import preempt, queue_slurm, secrets, slurm_telemetry
+from . import preempt, queue_slurm, secrets, slurm_telemetry, survive
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -62,6 +62,7 @@ from .queue_events import (
     EventWriter,
     WriteFailed,
     check_queue_name,
+    ckpt_dir_of,
     fold,
     list_queues,
     queue_dir,
@@ -512,6 +513,9 @@ def _cmd_add(argv: List[str]) -> int:
                         help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
     parser.add_argument("--durable-dir", default=None)
+    parser.add_argument("--survives", action="append", default=[], metavar="PATH",
+                        help="a mount that survives a stop (the profile's): warn when the "
+                             "checkpoints go elsewhere")
     parser.add_argument("--front", action="store_true")
     parser.add_argument("--no-start", action="store_true", help="do not start a runner")
     parser.add_argument("--idle-exit", type=float, default=None,
@@ -566,6 +570,12 @@ def _cmd_add(argv: List[str]) -> int:
                   durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
                   after=after, priority=args.priority, secrets=job_secrets)
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
+    if doc.get("recorded"):
+        config = fold(read_events(queue_dir(root, queue))[0], queue)["config"]
+        warning = survive.ckpt_warning(
+            ckpt_dir_of(root, queue, str(doc["job"]), args.durable_dir, config), args.survives)
+        if warning:
+            doc["warning"] = warning
     _emit(doc)
     return 0 if doc["ok"] else 1
 

@@ -373,6 +373,14 @@ def _string_map(ev: Event, key: str) -> Dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+def ckpt_dir_of(root: str, queue: str, job_id: str, durable_dir: Optional[str],
+                config: Dict[str, Any]) -> str:
+    """Where a job's checkpoints go: under its --durable-dir, else the queue's, else the root
+    (the runner launches with it; queue add warns when it will not survive a stop: U46)."""
+    base = durable_dir or config.get("durable_dir") or root
+    return os.path.join(base, "ckpt", queue, job_id)
+
+
 def _secret_refs(ev: Event) -> List[Dict[str, str]]:
     """``secrets``: a list of {name, env, path} strings, each a pushed secret's file."""
     value = ev.get("secrets") or []

@@ -45,6 +45,7 @@ from .queue_events import (
     EventWriter,
     State,
     WriteFailed,
+    ckpt_dir_of,
     current_attempt,
     fold,
     iter_active,
@@ -916,8 +917,8 @@ class Runner:
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
         n = len(job["attempts"]) + 1
-        dest_base = job.get("durable_dir") or self.config("durable_dir") or self.root
-        ckpt_dir = os.path.join(dest_base, "ckpt", self.queue, job_id)
+        ckpt_dir = ckpt_dir_of(self.root, self.queue, job_id, job.get("durable_dir"),
+                               self.state["config"])
         slot = len(self.active)
         self.emit("launching", job=job_id, attempt=n, boot_id=self.boot_id, slot=slot,
                   gpus=gpus, ckpt_dir=ckpt_dir)

@@ -157,8 +157,9 @@ def reason_names(value: Any) -> tuple[str, ...]:
 # poll of a box (the queue's job keys once a job has run), "failure" only on a failure path
 # (a missing mount, a collector that raised), "slurm" on jobs of a Slurm queue
 # (tests/data/slurm/session.jsonl), "kernel" on kernel events (the dmesg captures), "vram" on
-# a process holding /dev/nvidia* (remote/vram.py's scan).
-Origin = Literal["probe", "failure", "slurm", "kernel", "vram"]
+# a process holding /dev/nvidia* (remote/vram.py's scan), "preempt" on a spot queue's
+# preemption notice (tests/system/test_preempt_ssh.py).
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt"]
 Shape = Literal["leaf", "one", "maybe", "many", "named"]
 
 
@@ -542,7 +543,6 @@ class Sync(View):
     """A finished job's copy of its outputs to the durable dir (U33)."""
 
     state: str | None = key(text)  # pending | synced | failed
-    dest: str | None = key(text)  # the durable dir the outputs were copied under
 
 
 @dataclass(frozen=True, slots=True)
@@ -696,7 +696,7 @@ class QueueView(View):
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
     runner: QueueRunner | None = nested(QueueRunner, "maybe")
-    preempt: PreemptNotice | None = nested(PreemptNotice, "maybe")
+    preempt: PreemptNotice | None = nested(PreemptNotice, "maybe", origin="preempt")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
@@ -25,6 +26,7 @@ from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.rules.placement import Candidate, choose_host
+from gpuroom.tui.rules.survival import stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
@@ -137,6 +139,15 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
                               f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), queue_backend(hosts[args.host].profile)
+
+
+def _profile(args: argparse.Namespace) -> Profile | None:
+    """The host's platform profile (None when it names none or it does not load)."""
+    host = {h.name: h for h in load_config(args).effective_hosts()}.get(args.host)
+    try:
+        return load_profile(host.profile) if host is not None else None
+    except ProfileError:
+        return None
 
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
@@ -299,8 +310,12 @@ async def _run(args: argparse.Namespace) -> int:
             if args.priority is not None:
                 opts += ["--priority", str(args.priority)]
             opts += ["--backend", backend, *_slurm_opts(args)]
+            for path in stop_surviving_paths(_profile(args)):
+                opts += ["--survives", path]
             doc = _json_or_fail(args.host, "add", await link.helper(
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
+            if doc.get("warning") and not args.json:
+                print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
