@@ -52,7 +52,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import preempt, queue_slurm, secrets, slurm_telemetry, survive
+from . import drift, preempt, queue_slurm, secrets, slurm_telemetry, survive
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -224,6 +224,9 @@ def job_view(job: Dict[str, Any], qdir: str) -> Dict[str, Any]:
     view = dict(job)
     view["log"] = os.path.join(qdir, job["log"])
     view["env"] = secrets.redact_env(job.get("env"))  # U34: no value in a snapshot or ls
+    if job.get("state") in ACTIVE_STATES and job.get("attempts"):
+        # A script replaced under a running job (U2): stat only, no hashing at every poll.
+        view["code_changed"] = drift.changed(job["attempts"][-1].get("code"))
     return view
 
 

@@ -555,6 +555,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                     "start": None, "end": None, "exit_code": None, "signal": None,
                     "duration": None, "end_reason": None, "pid": None, "pgid": None,
                     "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
+                    "code": _field(ev, "code", dict, "an object"),  # remote/drift.py
                 })
             elif kind == "started":
                 a = _attempt(job, ev.get("attempt"))

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, preempt, secrets, selfhash, vram
+from . import drift, hostinfo, preempt, secrets, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -920,8 +920,10 @@ class Runner:
         ckpt_dir = ckpt_dir_of(self.root, self.queue, job_id, job.get("durable_dir"),
                                self.state["config"])
         slot = len(self.active)
+        # What code it runs (U42): hashed now, compared by the probe while it runs (U2).
+        code = drift.code_facts(job["argv"], job.get("cwd") or os.path.expanduser("~"))
         self.emit("launching", job=job_id, attempt=n, boot_id=self.boot_id, slot=slot,
-                  gpus=gpus, ckpt_dir=ckpt_dir)
+                  gpus=gpus, ckpt_dir=ckpt_dir, code=code)
         self.crash_point("after_launching")
         files = AttemptFiles(self.qdir, job_id, n)
         log_path = os.path.join(self.qdir, "logs", f"{job_id}.log")

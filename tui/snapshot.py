@@ -158,8 +158,9 @@ def reason_names(value: Any) -> tuple[str, ...]:
 # (a missing mount, a collector that raised), "slurm" on jobs of a Slurm queue
 # (tests/data/slurm/session.jsonl), "kernel" on kernel events (the dmesg captures), "vram" on
 # a process holding /dev/nvidia* (remote/vram.py's scan), "preempt" on a spot queue's
-# preemption notice (tests/system/test_preempt_ssh.py).
-Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt"]
+# preemption notice (tests/system/test_preempt_ssh.py), "code" on an attempt launched with
+# script files in a git work tree (tests/system/test_drift_ssh.py).
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt", "code"]
 Shape = Literal["leaf", "one", "maybe", "many", "named"]
 
 
@@ -492,6 +493,30 @@ class SlurmRun(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptFact(View):
+    """A script argument of a job as it was at launch (remote/drift.py code_facts)."""
+
+    path: str | None = key(text)
+    sha256: str | None = key(text)
+    size: int | None = key(integer)
+    mtime: float | None = key(number)
+
+
+@dataclass(frozen=True, slots=True)
+class GitFact(View):
+    """The job's cwd's git HEAD at launch, and whether tracked files differed from it."""
+
+    head: str | None = key(text)
+    dirty: bool = key(flag)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeFacts(View):
+    scripts: tuple[ScriptFact, ...] = nested(ScriptFact, "many")
+    git: GitFact | None = nested(GitFact, "maybe")
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt(View):
     """One launch of a job (remote/queue_events.py fold; queue_slurm.py for Slurm)."""
 
@@ -505,6 +530,7 @@ class Attempt(View):
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
+    code: CodeFacts | None = nested(CodeFacts, "maybe", origin="code")  # what it launched
     submitted: float | None = key(number, origin="slurm")  # Slurm: when sbatch accepted it
     runs: tuple[SlurmRun, ...] = nested(SlurmRun, "many", origin="slurm")
 
@@ -608,6 +634,8 @@ class Job(View):
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
     outputs: tuple[str, ...] = key(texts)  # the --output globs copied to the durable dir
+    # a running job's script arguments that changed since launch (U2)
+    code_changed: tuple[str, ...] = key(texts)
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")

@@ -48,6 +48,21 @@ def _checkpoint_line(ckpt: Checkpoint | None, now: float) -> str:
             f", {age} old, {fmt_bytes(ckpt.size)})")
 
 
+def _code_lines(job: Job) -> list[str]:
+    """What code the newest attempt launched with (U42), and what changed since (U2)."""
+    last = job.last_attempt
+    code = last.code if last is not None else None
+    if code is None:
+        return []
+    lines = [f"script: {fmt_text(s.path)} sha256 {fmt_text((s.sha256 or '?')[:12])}"
+             + (" (changed since launch)" if s.path in job.code_changed else "")
+             for s in code.scripts]
+    if code.git is not None:
+        lines.append(f"git: HEAD {fmt_text((code.git.head or '?')[:12])}"
+                     + (" with uncommitted changes" if code.git.dirty else ", clean"))
+    return lines
+
+
 def detail_lines(job: Job, now: float) -> list[str]:
     """Every fact of one job a person asks about, one line each (env values never shown)."""
     title = f"job {fmt_text(job.id)}"
@@ -74,6 +89,7 @@ def detail_lines(job: Job, now: float) -> list[str]:
         lines.append(f"reason: {fmt_text(job.reason)}")
     lines.append(f"attempts: {len(job.attempts)}")
     lines.extend(_attempt_line(a) for a in job.attempts)
+    lines.extend(_code_lines(job))
     lines.append(f"checkpoint dir: {fmt_text(job.ckpt_dir) if job.ckpt_dir else '-'}")
     lines.append(_checkpoint_line(job.checkpoint, now))
     lines.append(f"log: {fmt_text(job.log_path) if job.log_path else '-'}")

@@ -24,6 +24,7 @@ from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
+from gpuroom.tui.rules.drift import drift_findings
 from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
 
@@ -794,6 +795,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += job_node_findings(host, prev, snap, profile)
     out += preempt_findings(host, snap, now)
     out += ckpt_survival_findings(host, snap, profile)
+    out += drift_findings(host, snap)
     return sort_findings(out)
 
 

@@ -148,10 +148,14 @@ ELSEWHERE = {
     # Queue control of a local job (issue 20): its priority, dependencies, edited origin.
     "queue.queues{}.jobs[].priority", "queue.queues{}.jobs[].after",
     "queue.queues{}.jobs[].edited_from",
+    # A running local job's scripts compared with their launch (remote/drift.py).
+    "queue.queues{}.jobs[].code_changed",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
     # A spot queue's preemption notice: tests/system/test_preempt_ssh.py polls one.
     *required("preempt"),
+    # What code an attempt launched with: tests/system/test_drift_ssh.py polls one.
+    *required("code"),
 }
 
 
