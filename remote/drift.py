@@ -9,22 +9,15 @@ process runs the old code while the log reads as the new (U42).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from typing import Any, Dict, List, Optional
 
+from .selfhash import sha256_file
+
 MAX_SCRIPTS = 8
 MAX_HASH_BYTES = 16 * 1024 * 1024  # a bigger argument is a data file, not a script
 GIT_TIMEOUT_S = 2.0
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def script_files(argv: List[str], cwd: str) -> List[str]:
@@ -68,7 +61,7 @@ def code_facts(argv: List[str], cwd: str) -> Dict[str, Any]:
     for path in script_files(argv, cwd):
         try:
             st = os.stat(path)
-            scripts.append({"path": path, "sha256": _sha256(path), "size": st.st_size,
+            scripts.append({"path": path, "sha256": sha256_file(path), "size": st.st_size,
                             "mtime": st.st_mtime})
         except OSError:
             continue

@@ -10,12 +10,13 @@ requests.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from harness.httpserve import serving
 
 TOKEN = "AQAEAFakeTokenForTests=="
 AWS_NOTICE = {"action": "terminate", "time": "2030-01-01T00:02:00Z"}
@@ -90,13 +91,5 @@ def _handler(meta: Metadata) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def metadata_server(cloud: str) -> Iterator[Metadata]:
     meta = Metadata(cloud)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(meta))
-    meta.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(meta)) as meta.url:
         yield meta
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

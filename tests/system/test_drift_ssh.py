@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.hostile import hosts_toml
 
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.snapshot import Snapshot, keys_seen, schema_keys
@@ -38,11 +38,8 @@ def repo(sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 
 @pytest.fixture
 def box_config(sshd_box: Any, tmp_path: Path) -> Path:
-    path = tmp_path / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                    "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    path.chmod(0o600)
-    return path
+    return hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
+                      sshd_box.ssh_config)
 
 
 def cli(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> Any:

@@ -5,7 +5,6 @@ idle desktop GPU, synced outputs, an old run dir and an online wandb run."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -13,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness import clijson
 from harness.gpubox import SMI_CAPTURES, gpu_python
-
-from gpuroom.tui.cli.main import main
+from harness.hostile import hosts_toml
 
 pytestmark = pytest.mark.sshd
 
@@ -40,19 +38,14 @@ def box(sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
 
 
 def config_for(sshd_box: Any, tmp_path: Path, python: Path) -> Path:
-    path = tmp_path / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                    "hosts": {"box": {"ssh": sshd_box.alias,
-                                                      "python": str(python)}}}).encode())
-    path.chmod(0o600)
-    return path
+    return hosts_toml(tmp_path / "hosts.toml",
+                      {"box": {"ssh": sshd_box.alias, "python": str(python)}},
+                      sshd_box.ssh_config)
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], config: Path, *argv: str
              ) -> tuple[int, dict[str, Any]]:
-    rc = main(["--config", str(config), *argv])
-    out = capsys.readouterr().out.strip().splitlines()
-    return rc, json.loads(out[-1]) if out else {}
+    return clijson.cli_json(capsys, "--config", str(config), *argv)
 
 
 def run_job(capsys: pytest.CaptureFixture[str], config: Path, cwd: str, *opts: str) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.clijson import cli_json
+from harness.hostile import hosts_toml
 
 from gpuroom.tui.cli.main import main
 
@@ -27,17 +28,9 @@ SAMPLE_MAX = 20000  # bounded sampling loop
 
 @pytest.fixture
 def box_config(sshd_box: Any, tmp_path: Path) -> Any:
-    p = tmp_path / "hosts.toml"
-    p.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                 "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    yield p
+    yield hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
+                     sshd_box.ssh_config)
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
-
-
-def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    rc = main(list(argv))
-    out = capsys.readouterr().out.strip().splitlines()
-    return rc, json.loads(out[-1]) if out else {}
 
 
 def all_cmdlines() -> list[str]:

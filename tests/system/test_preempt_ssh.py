@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness import clijson
+from harness.hostile import hosts_toml
 from harness.metadata import metadata_server
 
 from gpuroom.tui.cli.main import main
@@ -34,19 +35,14 @@ JOB = ("import signal, sys, time\n"
 
 @pytest.fixture
 def box_config(sshd_box: Any, tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                    "hosts": {"box": {"ssh": sshd_box.alias}}}).encode())
-    path.chmod(0o600)
-    yield path
+    yield hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
+                     sshd_box.ssh_config)
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], config: Path, *argv: str
              ) -> tuple[int, dict[str, Any]]:
-    rc = main(["--config", str(config), *argv])
-    out = capsys.readouterr().out.strip().splitlines()
-    return rc, json.loads(out[-1]) if out else {}
+    return clijson.cli_json(capsys, "--config", str(config), *argv)
 
 
 def wait_for(what: str, check: Any) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomli_w
+from harness.hostile import hosts_toml
 
 from gpuroom.profiles import PACKAGED_DIR
 from gpuroom.tui.cli.main import main
@@ -32,11 +32,8 @@ def box_config(sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     text = (PACKAGED_DIR / "runpod.toml").read_text()
     text = text.replace('platform = "runpod"', 'platform = "podlike"')
     (profiles / "podlike.toml").write_text(text.replace('"/workspace"', '"~/survives"'))
-    path = tmp_path / "hosts.toml"
-    path.write_bytes(tomli_w.dumps({"settings": {"ssh_config": str(sshd_box.ssh_config)},
-                                    "hosts": {"pod": {"ssh": sshd_box.alias,
-                                                      "profile": "podlike"}}}).encode())
-    path.chmod(0o600)
+    path = hosts_toml(tmp_path / "hosts.toml",
+                      {"pod": {"ssh": sshd_box.alias, "profile": "podlike"}}, sshd_box.ssh_config)
     assert sshd_box.run("mkdir", "-p", str(sshd_box.home / "survives")).returncode == 0
     yield path
     sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
