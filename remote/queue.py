@@ -516,6 +516,9 @@ def _cmd_add(argv: List[str]) -> int:
                         help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
     parser.add_argument("--durable-dir", default=None)
+    parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
+                        help="the box is a spot box of this cloud (hosts.toml spot): the "
+                             "runner watches for its preemption notice")
     parser.add_argument("--survives", action="append", default=[], metavar="PATH",
                         help="a mount that survives a stop (the profile's): warn when the "
                              "checkpoints go elsewhere")
@@ -572,6 +575,9 @@ def _cmd_add(argv: List[str]) -> int:
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
                   durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
                   after=after, priority=args.priority, secrets=job_secrets)
+    if args.spot and fold(read_events(queue_dir(root, queue))[0], queue)["config"].get(
+            "spot_cloud") != args.spot:
+        _append_request(root, queue, "configured", spot_cloud=args.spot)
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     if doc.get("recorded"):
         config = fold(read_events(queue_dir(root, queue))[0], queue)["config"]

@@ -24,6 +24,7 @@ import platformdirs
 import tomlkit
 import tomlkit.exceptions
 
+from gpuroom.remote.preempt import CLOUDS
 from gpuroom.tui.errors import GpuroomError, with_fix
 
 if sys.version_info >= (3, 11):
@@ -80,6 +81,7 @@ class HostConfig:
     python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
     # When billing started, if not at the box's boot (a stopped-then-started box, a reused one).
     rented_at: float | None = None
+    spot: str | None = None  # a spot box of this cloud (aws | gcp | azure): notices (U45)
     error: str | None = None  # set when this host cannot be used; the others still work
 
     def to_toml(self) -> dict[str, Any]:
@@ -98,6 +100,8 @@ class HostConfig:
             out["pull_to"] = self.pull_to
         if self.teardown_command:
             out["teardown_command"] = list(self.teardown_command)
+        if self.spot:
+            out["spot"] = self.spot
         if self.python != "python3":
             out["python"] = self.python
         if self.rented_at is not None:
@@ -148,7 +152,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at"}
+              "teardown_command", "python", "rented_at", "spot"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -222,6 +226,12 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
                             "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
         else:
             host.rented_at = at
+    spot = raw.get("spot")
+    if spot is not None:
+        if spot in CLOUDS:
+            host.spot = spot
+        else:
+            problems.append(f"spot must name the cloud: one of {', '.join(CLOUDS)}")
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host

@@ -96,3 +96,20 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
     snap = json.loads(capsys.readouterr().out)
     wanted = {p for p, k in schema_keys(Snapshot) if k.origin == "preempt"}
     assert wanted and wanted <= keys_seen(Snapshot, [snap]), wanted - keys_seen(Snapshot, [snap])
+
+
+def test_hosts_toml_spot_configures_the_queue_at_add_and_a_plain_host_does_not(
+        sshd_box: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = hosts_toml(tmp_path / "hosts.toml",
+                        {"spot": {"ssh": sshd_box.alias, "spot": "gcp"},
+                         "plain": {"ssh": sshd_box.alias}}, sshd_box.ssh_config)
+    try:
+        for host in ("plain", "spot"):  # one box, one queue: the plain host asks first
+            rc, doc = cli_json(capsys, config, "queue", "add", host, "--json", "--gpus", "0",
+                               "--", "true")
+            assert rc == 0 and doc["ok"], doc
+            rc, ls = cli_json(capsys, config, "queue", "ls", host, "--json")
+            want = "gcp" if host == "spot" else None
+            assert ls["config"]["spot_cloud"] == want, (host, ls["config"])
+    finally:
+        sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")

@@ -141,9 +141,12 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     return Fleet(config), queue_backend(hosts[args.host].profile)
 
 
-def _profile(args: argparse.Namespace) -> Profile | None:
+def _host(args: argparse.Namespace) -> cfg.HostConfig | None:
+    return {h.name: h for h in load_config(args).effective_hosts()}.get(args.host)
+
+
+def _profile(host: cfg.HostConfig | None) -> Profile | None:
     """The host's platform profile (None when it names none or it does not load)."""
-    host = {h.name: h for h in load_config(args).effective_hosts()}.get(args.host)
     try:
         return load_profile(host.profile) if host is not None else None
     except ProfileError:
@@ -310,8 +313,11 @@ async def _run(args: argparse.Namespace) -> int:
             if args.priority is not None:
                 opts += ["--priority", str(args.priority)]
             opts += ["--backend", backend, *_slurm_opts(args)]
-            for path in stop_surviving_paths(_profile(args)):
+            host = _host(args)
+            for path in stop_surviving_paths(_profile(host)):
                 opts += ["--survives", path]
+            if host is not None and host.spot:
+                opts += ["--spot", host.spot]
             doc = _json_or_fail(args.host, "add", await link.helper(
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             if doc.get("warning") and not args.json:

@@ -292,6 +292,9 @@ class Fleet(PendingLedger):
             args += ["--name", name]
         if cwd:
             args += ["--cwd", cwd]
+        spot = self._hosts[host].spot if host in self._hosts else None
+        if spot:
+            args += ["--spot", spot]  # its runner watches for the cloud's notice (U45)
         out = await self._queue_call(host, *args, "--", *argv)
         try:
             doc = load_answer(out)
