@@ -84,8 +84,10 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
     assert ls["preempt"]["cloud"] == "aws" and ls["preempt"]["action"] == "terminate"
     assert ls["preempt"]["signalled"] == 1
     main(["--config", str(box_config), "doctor", "--json"])
-    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "U45"]
+    doctor = json.loads(capsys.readouterr().out)
+    found = [f for f in doctor["findings"] if f["id"] == "U45"]
     assert len(found) == 1, found
+    assert any("preemption notice" in line for line in doctor["banner"]), doctor["banner"]
     assert found[0]["severity"] == "critical"
     assert "aws preemption notice: the box goes in" in found[0]["title"]
     left = float(found[0]["title"].rsplit(" in ", 1)[1].split()[0])
