@@ -14,6 +14,8 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from .vram import proc_owner
+
 Row = Dict[str, Any]
 
 # nvidia-smi hangs for tens of seconds on a wedged GPU; the probe must answer before that.
@@ -466,7 +468,7 @@ def _nvml_gpu(nvml: Any, index: int) -> Row:
                 continue
             by_pid[p.pid] = {"pid": p.pid, "type": kind, "name": None,
                              "used_mib": used // _MIB if used is not None else None,
-                             "comm": proc_comm(p.pid)}
+                             "comm": proc_comm(p.pid), **proc_owner(p.pid)}
     gpu["processes"] = list(by_pid.values())
     return gpu
 
@@ -615,7 +617,7 @@ def _smi_processes(binary: str, gpus: List[Row]) -> Tuple[Optional[Set[int]], Op
                 owner["processes"].append({
                     "pid": pid, "type": "C", "name": row.get("process_name"),
                     "used_mib": row.get("used_gpu_memory", row.get("used_memory")),
-                    "comm": proc_comm(pid)})
+                    "comm": proc_comm(pid), **proc_owner(pid)})
         return pids, None
     table_out, table_error = run_nvidia_smi(binary, [])
     if table_out is None:
@@ -627,7 +629,8 @@ def _smi_processes(binary: str, gpus: List[Row]) -> Tuple[Optional[Set[int]], Op
         if owner is not None:
             owner["processes"].append({
                 "pid": proc["pid"], "type": proc["type"], "name": proc["name"],
-                "used_mib": proc["used_mib"], "comm": proc_comm(proc["pid"])})
+                "used_mib": proc["used_mib"], "comm": proc_comm(proc["pid"]),
+                **proc_owner(proc["pid"])})
     return pids, None
 
 

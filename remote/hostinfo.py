@@ -126,8 +126,9 @@ def _own_cgroup_v1_dir(root: str, controller: str) -> str:
     return base
 
 
+# cpu_usage_usec is the cgroup's CPU time so far; the jump host turns two polls into vCPUs used.
 _CGROUP_KEYS = ("version", "path", "memory_current", "memory_max", "oom_kill", "oom",
-                "cpu_quota_vcpus")
+                "cpu_quota_vcpus", "cpu_usage_usec")
 
 
 def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
@@ -141,7 +142,8 @@ def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
         values = (2, base, _read_int(os.path.join(base, "memory.current")),
                   parse_memory_max(max_text) if max_text else None,
                   events.get("oom_kill"), events.get("oom"),
-                  parse_cpu_max(cpu_text) if cpu_text else None)
+                  parse_cpu_max(cpu_text) if cpu_text else None,
+                  parse_flat_keyed(_read(os.path.join(base, "cpu.stat")) or "").get("usage_usec"))
     elif os.path.isdir(os.path.join(root, "memory")):
         mem = _own_cgroup_v1_dir(root, "memory")
         cpu = _own_cgroup_v1_dir(root, "cpu")
@@ -149,11 +151,13 @@ def cgroup_facts(root: str = CGROUP_ROOT) -> Dict[str, Any]:
         period = _read_int(os.path.join(cpu, "cpu.cfs_period_us"))
         limit = _read_int(os.path.join(mem, "memory.limit_in_bytes"))
         control = parse_flat_keyed(_read(os.path.join(mem, "memory.oom_control")) or "")
+        usage_ns = _read_int(os.path.join(_own_cgroup_v1_dir(root, "cpuacct"), "cpuacct.usage"))
         # v1 has no count of OOM events apart from the kills.
         values = (1, mem, _read_int(os.path.join(mem, "memory.usage_in_bytes")),
                   None if limit is None or limit >= _V1_UNLIMITED_BYTES else limit,
                   control.get("oom_kill"), None,
-                  quota / period if quota and quota > 0 and period else None)
+                  quota / period if quota and quota > 0 and period else None,
+                  usage_ns // 1000 if usage_ns is not None else None)
     return dict(zip(_CGROUP_KEYS, values))  # noqa: B905 (strict= is 3.10+; the box runs 3.8)
 
 

@@ -1,4 +1,4 @@
-"""``gpuroom-remote rundirs --dir CWD SINCE ...``: tracker logs jobs left on the box (U20, P9).
+"""``gpuroom-remote rundirs -- CWD SINCE ...``: tracker logs jobs left on the box (U20, P9).
 
 TensorBoard event files and offline wandb runs written under a job's cwd after it started
 die with the box unless they are copied home; an online wandb run (``wandb/run-*``) is in the
@@ -89,15 +89,18 @@ def scan_dir(cwd: str, since: float) -> Dict[str, Any]:
 
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote rundirs")
-    parser.add_argument("--dir", nargs=2, action="append", default=[], metavar=("CWD", "SINCE"),
-                        help="a job's cwd and when it started (epoch seconds); repeatable")
+    parser.add_argument("pairs", nargs="*", metavar="CWD SINCE",
+                        help="a job's cwd and when it started (epoch seconds), after --")
     args = parser.parse_args(argv)
+    if len(args.pairs) % 2:
+        parser.error("give CWD SINCE pairs")
+    pairs = [(args.pairs[i], args.pairs[i + 1]) for i in range(0, len(args.pairs), 2)]
     scans = []
-    for cwd, since in args.dir[:MAX_DIRS]:
+    for cwd, since in pairs[:MAX_DIRS]:
         try:
             scans.append(scan_dir(cwd, float(since)))
         except ValueError:
-            parser.error(f"--dir {cwd!r}: SINCE must be epoch seconds")
-    doc = {"ok": True, "scans": scans, "cut": len(args.dir) > MAX_DIRS}
+            parser.error(f"{cwd!r}: SINCE must be epoch seconds")
+    doc = {"ok": True, "scans": scans, "cut": len(pairs) > MAX_DIRS}
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
     return 0

@@ -11,6 +11,7 @@ holder then looks unlisted, which is the "dead container's namespace" case U11 n
 from __future__ import annotations
 
 import os
+import pwd
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 Holder = Dict[str, Any]
@@ -24,6 +25,26 @@ def display_only(kind: Any) -> bool:
     """Whether a GPU process type (NVML / nvidia-smi: "C", "G", "C+G") is graphics only:
     Xorg and gnome-shell hold a desktop's cards without being a run that shares them (GEN7)."""
     return isinstance(kind, str) and kind.strip().upper() == "G"
+
+
+def proc_owner(pid: int) -> Dict[str, Any]:
+    """Who runs a GPU process and its process group, for the jump host to tell a gpuroom job
+    (the runner starts each attempt as its own group: pgid == the attempt's pid) from a
+    foreign process. None for a pid outside this PID namespace (U11) or a vanished one."""
+    pgid: Optional[int] = None
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return {"user": None, "pgid": None}
+    try:
+        user: Optional[str] = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)  # a uid with no passwd entry (a container's user): the number
+    try:
+        pgid = os.getpgid(pid)
+    except OSError:
+        pgid = None
+    return {"user": user, "pgid": pgid}
 
 
 def _read_text(path: str, limit: int = 4096) -> Optional[str]:
@@ -94,6 +115,7 @@ def scan_holders(proc_root: str = "/proc",
             "comm": comm.strip() if comm is not None else None,
             "cmdline": _cmdline(_read_text(base + "/cmdline", CMDLINE_MAX_CHARS * 2)),
             "state": _proc_state(_read_text(base + "/stat")),
+            "user": proc_owner(int(name))["user"] if proc_root == "/proc" else None,
             "devices": sorted(paths),
         })
     return holders

@@ -314,6 +314,9 @@ class Host(View):
     uptime_s: float | None = key(number)
     time: float | None = key(number)  # the box's time.time() when probed
     cpu_count: float | None = key(number)
+    # 1, 5, 15 min, host-wide (a container's neighbours count too, U40)
+    loadavg_host: tuple[float, ...] = key(lambda v: tuple(
+        n for n in (number(x) for x in (v if isinstance(v, list) else [])) if n is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +328,7 @@ class Cgroup(View):
     memory_max: float | None = key(number)
     oom_kill: float | None = key(number)
     cpu_quota_vcpus: float | None = key(number)
+    cpu_usage_usec: float | None = key(number)  # CPU time so far; two polls give the rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +406,8 @@ class GpuProcess(View):
     name: str | None = key(text)
     used_mib: float | None = key(number)
     comm: str | None = key(text)
+    user: str | None = key(text)  # the box's user name (remote/vram.py proc_owner)
+    pgid: int | None = key(integer)  # a gpuroom job's processes share its attempt's pid here
 
     @property
     def display_only(self) -> bool:
@@ -427,6 +433,8 @@ class Gpu(View):
     util_mem_pct: float | None = key(number, old=("util_mem",))
     mem_used_mib: float | None = key(number)
     mem_total_mib: float | None = key(number)
+    # U22: a count that rises within one boot is a GPU dying (NVML / nvidia-smi, volatile)
+    ecc_volatile_uncorrected: float | None = key(number)
     # every active reason, idle included
     clock_event_reasons: tuple[str, ...] = key(reason_names,
                                                old=("clock_reasons", "throttle_reasons"))
@@ -468,6 +476,8 @@ class VramHolder(View):
     pid: int | None = key(integer, origin="vram")
     comm: str | None = key(text, origin="vram")
     state: str | None = key(text, origin="vram")
+    cmdline: str | None = key(text, origin="vram")
+    user: str | None = key(text, origin="vram")
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,6 +552,7 @@ class Checkpoint(View):
     path: str | None = key(text)
     size: float | None = key(number)
     mtime: float | None = key(number)
+    save_s: float | None = key(number)  # how long its last save took (C), when recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,6 +565,7 @@ class LogChunk(View):
     size: int | None = key(integer)
     data_b64: str | None = key(text)
     reset: bool = key(flag)  # the file was truncated or replaced since the cursor
+    mtime: float | None = key(number)  # the box's clock: when the job last wrote its log
 
     @property
     def data(self) -> bytes | None:
@@ -648,6 +660,7 @@ class Job(View):
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
     sync: Sync | None = nested(Sync, "maybe")
+    cpu_s: float | None = key(number)  # CPU seconds of its process group (remote/procstat.py)
     # Slurm jobs carry the final code on the job too
     exit_code: int | None = key(integer, old=("returncode",), origin="slurm")
     backend: str | None = key(text, origin="slurm")
@@ -703,6 +716,9 @@ class QueueRunner(View):
     write_error: str | None = key(text)
     # any other failure of its last tick (it backs off and retries; it never dies)
     error: str | None = key(text)
+    boot_id: str | None = key(text)
+    # queue install-reboot-hook ran for this queue (GEN6); None: a helper that does not say
+    reboot_hook: bool | None = key(lambda v: v if isinstance(v, bool) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,18 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from gpuroom.tui.present.box import BoxView
 from gpuroom.tui.present.format import fmt_cut, fmt_whole, sparkline
-from gpuroom.tui.present.gpus import GpuRow, GpuView
+from gpuroom.tui.present.gpus import GpuRow, GpuView, ProcRow
+from gpuroom.tui.present.levels import Level
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 # Below this the memory clock gives way, so the throttle reasons (U23) keep their room.
 MEM_CLOCK_FROM = 72
 THROTTLE_MIN = 8  # "throttle": the column's header
+LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}
+MARK_STYLE = {"job": "green", "display": "dim", "foreign": "bold yellow", "zombie": "bold red"}
+COMMAND_MIN = 8
 
 
 def problem_text(lines: tuple[str, ...]) -> Text:
@@ -45,22 +50,79 @@ class GpuPanel(Widget):
 
     view: reactive[GpuView | None] = reactive(None)
     """The selected host's GPUs with their recent SM clock and power history."""
+    show_processes: reactive[bool] = reactive(False)
+    """Key p: the whole pane lists the GPU processes instead of the GPU rows."""
 
     def watch_view(self, view: GpuView | None) -> None:
-        self.border_title = Text(f"gpu {view.host}" if view else "gpu")
+        self._titles(view)
+
+    def watch_show_processes(self, _: bool) -> None:
+        self._titles(self.view)
+
+    def _titles(self, view: GpuView | None) -> None:
+        if view is None:
+            self.border_title = Text("gpu")
+            return
+        count = len(view.processes)
+        # The section under the GPU rows may be cut on a many-GPU box: say how to see it all.
+        if self.show_processes:
+            title = f"gpu processes {view.host} (p: GPU rows)"
+        else:
+            title = f"gpu {view.host}" + (f" (p: {count} processes)" if count else "")
+        self.border_title = Text(title)
 
     def render(self) -> RenderableType:
         view = self.view
         if view is None:
             return Text("no host selected", style="dim")
+        parts: list[RenderableType] = []
         if view.problem:
-            block = problem_text(view.problem)
-            if not view.rows:
-                return block
-            return Group(block, self._table(view))
-        if not view.rows:
-            return Text(f"no GPU ({view.absence})", style="dim")
-        return self._table(view)
+            parts.append(problem_text(view.problem))
+        elif not view.rows:
+            parts.append(Text(f"no GPU ({view.absence})", style="dim"))
+        if view.box is not None and not view.problem:
+            parts.append(self._box_line(view.box))
+        if view.rows and not self.show_processes:
+            parts.append(self._table(view))
+        if view.processes:
+            parts.append(self._processes(view.processes))
+        return parts[0] if len(parts) == 1 else Group(*parts)
+
+    def _box_line(self, box: BoxView) -> Text:
+        """One line: the job cgroup's CPU and memory against quota and limit, load per vCPU,
+        and their history when the pane is wide."""
+        cpu, mem, load = box.parts()
+        cpu_hist, mem_hist = box.sparklines()
+        wide = self.size.width >= WIDE
+        # One line, cut with "…" at a narrow pane's edge, never wrapped over the GPU rows.
+        text = Text("box ", style="bold", no_wrap=True, overflow="ellipsis")
+        text.append(cpu + (" quota" if box.quota and wide else ""),
+                    style=LEVEL_STYLE[box.cpu_level])
+        if wide:
+            text.append(" " + cpu_hist, style="cyan")
+        text.append("  ")
+        text.append(mem, style=LEVEL_STYLE[box.mem_level])
+        if wide:
+            text.append(" " + mem_hist, style="cyan")
+        text.append("  " + load)
+        return text
+
+    def _processes(self, procs: tuple[ProcRow, ...]) -> Table:
+        """nvitop's process list: who holds each GPU, and what gpuroom makes of it."""
+        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
+        for name in ("gpu", "pid", "user", "type", "MiB", "what"):
+            table.add_column(name, justify="right" if name in ("pid", "MiB") else "left",
+                             no_wrap=True)
+        rows = [[p.gpu, p.pid, fmt_cut(p.user, 10), p.type, p.vram, p.mark_text]
+                for p in procs]
+        used = sum(max([cell_len(str(c.header)), *(cell_len(r[n]) for r in rows)]) + 2
+                   for n, c in enumerate(table.columns))
+        room = max(COMMAND_MIN, self.size.width - used) if self.size.width else None
+        table.add_column("command", no_wrap=True, min_width=COMMAND_MIN)
+        for cells, p in zip(rows, procs, strict=True):
+            table.add_row(*cells[:5], Text(cells[5], style=MARK_STYLE[p.mark]),
+                          fmt_cut(p.command, room) if room else p.command)
+        return table
 
     def _table(self, view: GpuView) -> Table:
         wide = self.size.width >= WIDE

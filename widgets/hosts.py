@@ -18,8 +18,8 @@ from gpuroom.widgets.rowtable import RowTable
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}
 # Most telling first: at 80 columns everything up to billed fits; the GPU readings (in the
 # gpu pane too) and the profile scroll off to the right.
-COLUMNS = ("host", "state", "find", "GPUs", "job", "disk", "inode", "billed", "SM MHz",
-           "power W", "profile")
+COLUMNS = ("host", "state", "find", "GPUs", "job", "disk", "inode", "billed", "cpu mem",
+           "SM MHz", "power W", "profile")
 STATE_WIDTH = 28
 
 
@@ -54,6 +54,7 @@ class HostsTable(RowTable):
             Text(r.disk_pct, style=LEVEL_STYLE[r.disk_level]),
             Text(r.inode_pct, style=LEVEL_STYLE[r.inode_level]),
             Text(r.billed),
+            Text(r.box, style=LEVEL_STYLE[r.box_level]),
             Text(r.sm_clock),
             Text(r.power),
             Text(r.profile),

@@ -129,12 +129,9 @@ def test_job_ids_are_never_read_by_a_shell_or_as_options(box: Any, tmp_path: Pat
 
 
 @pytest.mark.attack("injection", "a job id with a leading - (-h, --help, --offset=0) given after "
-                    "-- to queue logs, kill and relaunch: the box must take it as a job id too")
-@pytest.mark.parametrize("verb", ["logs", "kill", "relaunch"])
-@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: the job id goes to the box's "
-                   "argparse after its options with no '--' (tui/cli/queue.py, tui/fleet/live.py "
-                   "helper('queue', verb, job)), so '-h' prints the helper's usage as the log "
-                   "with exit 0 and '--queue=x' is read as an option. Fix: send '--' before it")
+                    "-- to queue logs, kill, relaunch, show, rm and edit: the box must take it as "
+                    "a job id too")
+@pytest.mark.parametrize("verb", ["logs", "kill", "relaunch", "show", "rm", "edit"])
 @pytest.mark.parametrize("job", ["-h", "--help", "--offset=0", "--queue=x"])
 def test_a_job_id_with_a_leading_dash_is_not_an_option_on_the_box(
         box: Any, tmp_path: Path, verb: str, job: str) -> None:

@@ -42,6 +42,8 @@ from harness.hostile import (
     wait_for,
 )
 
+from gpuroom.tui.cli.queue import LogWriter
+
 pytestmark = pytest.mark.sshd
 
 VERB_TIMEOUT_S = 90.0
@@ -96,7 +98,9 @@ if "--hold" in sys.argv:  # stay running, so the room selects the job and shows 
     time.sleep(40)
 """
 
-SGR = re.compile(r"\x1b\[[0-9;]*m")
+# What gpuroom itself writes on a terminal: Rich's colours, and `queue logs` redrawing a
+# progress line in place (LogWriter.CLEAR_LINE). The box's own bytes never carry an ESC.
+SGR = re.compile(r"\x1b\[[0-9;]*m|" + re.escape(LogWriter.CLEAR_LINE))
 FORBIDDEN = TERMINAL_CONTROLS
 
 

@@ -93,6 +93,7 @@ def test_argv_arrives_byte_identical_over_ssh(
 def test_kill_and_relaunch_from_jump_host(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     marker = sshd_box.home / "runs.txt"
+    marker.unlink(missing_ok=True)  # the box's home outlives a run of this test
     rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "--json", "box",
                        "--", "sh", "-c", f"echo run >> {marker}; sleep 60")
     job = doc["job"]
@@ -114,7 +115,7 @@ def test_kill_and_relaunch_from_jump_host(
     rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "ls", "box", "--json")
     [j] = doc["jobs"]
     assert j["state"] == "killed"
-    assert [a["attempt"] for a in j["attempts"]] == [1, 2]
+    assert [a["attempt"] for a in j["attempts"]] == [1, 2], j
     assert all(a["end_reason"] == "killed" for a in j["attempts"]), j["attempts"]
 
 

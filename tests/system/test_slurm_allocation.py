@@ -21,6 +21,7 @@ from harness import gpubox
 from harness import slurm as slurm_harness
 from paths import FIXTURES
 
+from gpuroom.remote import slurm_telemetry
 from gpuroom.remote.slurmparse import parse_squeue
 from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
@@ -194,8 +195,12 @@ def test_a_step_that_does_not_answer_in_time_is_cancelled_and_said(
         return bool(job and job.telemetry and job.telemetry.error
                     and "did not answer in 0.3s: cancelled" in job.telemetry.error)
 
-    poll_until(slurm_host, cut_off, host="tight")
-    deadline = time.monotonic() + 15
+    # "box"'s last watcher (15 s step timeout) may still hold the job's step file: "tight"
+    # starts its own only once that one has ended or is judged hung (timeout + grace), which
+    # on a loaded 2-core CI machine is most of WAIT_S before "tight" has even begun.
+    poll_until(slurm_host, cut_off, host="tight", timeout=WAIT_S + slurm_telemetry.STEP_TIMEOUT_S
+               + slurm_telemetry.WATCHER_GRACE_S)
+    deadline = time.monotonic() + 30  # KillWait=5 and slurmd's own pace on a loaded box
     while True:  # no probe step of ours outlives its watcher (KillWait bounds a slow end)
         steps = cluster.run("squeue", "--steps", "--noheader", "--format=%i|%j").stdout
         if "gpuroom-probe" not in steps:

@@ -17,12 +17,14 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
 from gpuroom.tui.cli.load import load_config
-from gpuroom.tui.cli.tables import add_row, box_table, print_table
+from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.box import BoxHistory, BoxView
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
@@ -32,6 +34,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
+HUMAN_CPU_INTERVAL_S = 1.0  # probe --human polls twice this far apart to measure CPU use
 
 
 def _state_json(state: HostState) -> dict[str, Any]:
@@ -93,6 +96,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if all(s.state is LinkState.UP for s in states) else EXIT_UNREACHABLE
 
 
+def _print_probe(state: HostState, box: BoxView) -> None:
+    """``probe --human``: the box's CPU and memory, then every GPU process, marked as the GPU
+    pane marks it (job, display, foreign, zombie U11)."""
+    print_line(f"{state.name}: " + "  ".join(box.parts()))
+    absence = gpu_absence(state.view)
+    if absence is not None:
+        print_line(f"no GPU ({absence})")
+        return
+    table = box_table(f"GPU processes on {state.name}",
+                      ("gpu", "pid", "user", "type", "MiB", "what", "command"))
+    for p in gpu_processes(state.view):
+        add_row(table, (p.gpu, p.pid, p.user, p.type, p.vram,
+                        (p.mark_text, {"foreign": "yellow", "zombie": "red"}.get(p.mark, "")),
+                        p.command))
+    print_table(table)
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
@@ -101,10 +121,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
 
+    history = BoxHistory()
+
     async def one() -> HostState:
         fleet = Fleet(config)
         try:
-            return await fleet.poll_host(args.name)
+            state = await fleet.poll_host(args.name)
+            if args.human and state.state is LinkState.UP:
+                # CPU use is CPU time over an interval: a second poll gives the rate.
+                history.observe(args.name, state.view)
+                await asyncio.sleep(HUMAN_CPU_INTERVAL_S)
+                state = await fleet.poll_host(args.name)
+            return state
         finally:
             await fleet.close()
 
@@ -112,6 +140,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if state.state is not LinkState.UP:
         print(f"gpuroom: {state.error}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    if args.human:
+        history.observe(args.name, state.view)
+        _print_probe(state, history.view(args.name, state.view))
+        return EXIT_OK
     json.dump(state.snapshot, sys.stdout, indent=None if args.compact else 2)
     sys.stdout.write("\n")
     return EXIT_OK
@@ -190,7 +222,7 @@ def _backed_up(backup: Path | None) -> str:
 def cmd_room(args: argparse.Namespace) -> int:
     config = load_config(args)
     recorder = Recorder(Path(args.record)) if args.record else None
-    fleet = Fleet(config, recorder=recorder)
+    fleet = Fleet(config, recorder=recorder, restart_runners=True)
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
@@ -207,7 +239,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.interval is not None:
         config.settings.poll_interval_s = args.interval
     path = Path(args.file)
-    fleet = Fleet(config, recorder=Recorder(path))
+    fleet = Fleet(config, recorder=Recorder(path), restart_runners=True)
     polls = [0]
     total = args.polls * len(fleet.hosts()) if args.polls else None
 
@@ -274,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="print one host's raw snapshot")
     p.add_argument("name")
     p.add_argument("--compact", action="store_true")
+    p.add_argument("--human", action="store_true",
+                   help="CPU, memory and GPU processes as tables instead of the raw JSON")
     p.set_defaults(func=cmd_probe)
 
     hosts = sub.add_parser("hosts", help="manage hosts.toml")

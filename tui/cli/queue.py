@@ -57,6 +57,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    p.add_argument("--fix-crlf", action="store_true",
+                   help="convert script arguments with Windows CRLF line ends (U26) to LF")
     p.add_argument("--retry-on-exit", action="store_true",
                    help="retry a non-zero exit too (default: only deaths by a signal)")
     p.add_argument("--after", metavar="JOB[,JOB]",
@@ -122,6 +124,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
     p.set_defaults(add_parser=p)
+    p = qsub.add_parser("boot-hook", help="install an @reboot crontab entry that starts the "
+                        "queue's runner after a reboot (GEN6)")
+    p.add_argument("host")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
@@ -298,37 +304,46 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--vram-mib", str(args.vram_mib)]
             for flag in ("name", "cwd", "durable_dir"):
                 value = getattr(args, flag)
-                if value:
-                    opts += ["--" + flag.replace("_", "-"), value]
+                if value:  # "--opt=value": a value starting with "-" stays a value on the box
+                    opts.append(f"--{flag.replace('_', '-')}={value}")
             env_opts, env_stdin = env_on_stdin(args.env)
             opts += env_opts
-            for item in args.secret:
-                opts += ["--secret", item]
-            for item in args.output:
-                opts += ["--output", item]
+            opts += [f"--secret={item}" for item in args.secret]
+            opts += [f"--output={item}" for item in args.output]
             if args.retry_on_exit:
                 opts.append("--retry-on-exit")
             if args.after:
                 opts += ["--after", args.after]
             if args.priority is not None:
                 opts += ["--priority", str(args.priority)]
+            if args.fix_crlf:
+                opts.append("--fix-crlf")
             opts += ["--backend", backend, *_slurm_opts(args)]
             host = _host(args)
             for path in stop_surviving_paths(_profile(host)):
-                opts += ["--survives", path]
+                opts.append(f"--survives={path}")
             if host is not None and host.spot:
-                opts += ["--spot", host.spot]
+                opts.append(f"--spot={host.spot}")
             doc = _json_or_fail(args.host, "add", await link.helper(
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             return _answer(args, doc)
+        if args.queue_cmd == "boot-hook":
+            doc = _json_or_fail(args.host, "boot-hook",
+                                await link.helper("queue", "install-reboot-hook"))
+            if args.json or not doc.get("ok"):
+                return _answer(args, doc)
+            print_line(f"{args.host}: @reboot entry "
+                       + ("installed" if doc.get("changed") else "already there") + ": "
+                       + str(doc.get("line") or ""))
+            return 0
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
             for flag in ("slots", "idle_exit", "kill_grace", "spot", "metadata_url"):
                 value = getattr(args, flag)
                 if value is not None:
-                    opts += ["--" + flag.replace("_", "-"), str(value)]
+                    opts.append(f"--{flag.replace('_', '-')}={value}")
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             return _answer(args, doc)
         if args.queue_cmd == "ls":
@@ -342,7 +357,7 @@ async def _run(args: argparse.Namespace) -> int:
             verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
             extra = [str(args.to)] if args.queue_cmd == "mv" else []
             doc = _json_or_fail(args.host, args.queue_cmd,
-                                await link.helper("queue", verb, args.job, *extra,
+                                await link.helper("queue", verb, "--", args.job, *extra,
                                                   timeout_s=180.0))
             return _answer(args, doc)
         if args.queue_cmd in ("pause", "resume"):
@@ -351,18 +366,19 @@ async def _run(args: argparse.Namespace) -> int:
             return _answer(args, doc)
         if args.queue_cmd == "edit":
             argv = job_argv(args)
-            opts = [*(["--name", args.name] if args.name else []),
-                    *(["--gpus", str(args.gpus)] if args.gpus is not None else [])]
+            # "--opt=value": a value starting with "-" stays a value on the box.
+            opts = [*([f"--name={args.name}"] if args.name else []),
+                    *([f"--gpus={args.gpus}"] if args.gpus is not None else [])]
             env_opts, env_stdin = env_on_stdin(args.env)
             opts += env_opts
-            for item in args.unset_env:
-                opts += ["--unset-env", item]
+            opts += [f"--unset-env={item}" for item in args.unset_env]
             doc = _json_or_fail(args.host, "edit", await link.helper(
                 "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
                 stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "show":
-            doc = _json_or_fail(args.host, "show", await link.helper("queue", "show", args.job))
+            doc = _json_or_fail(args.host, "show",
+                                await link.helper("queue", "show", "--", args.job))
             return _show(args, doc)
         if args.queue_cmd == "logs":
             return await _logs(link, args)
@@ -453,8 +469,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
     offset = 0
     if args.lines is not None:
         # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
-        result = await link.helper("queue", "logs", args.job, "--lines", str(max(0, args.lines)),
-                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json")
+        result = await link.helper("queue", "logs", "--lines", str(max(0, args.lines)),
+                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json", "--", args.job)
         if result.rc != 0:
             print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
                   file=sys.stderr)
@@ -466,8 +482,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         out.write(data)
         offset = chunk.next_offset
     while True:
-        result = await link.helper("queue", "logs", args.job, "--offset", str(offset),
-                                   "--max-bytes", str(LOG_CHUNK_BYTES))
+        result = await link.helper("queue", "logs", "--offset", str(offset),
+                                   "--max-bytes", str(LOG_CHUNK_BYTES), "--", args.job)
         if result.rc != 0:
             print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
                   file=sys.stderr)

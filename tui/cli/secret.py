@@ -92,12 +92,12 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         link = fleet.link(args.host)
         if args.secret_cmd == "push":
-            extra = [a for p in durable_paths(hosts[args.host]) for a in ("--not-under", p)]
-            result = await link.helper("secret", "push", args.name, *extra, stdin=stdin)
+            extra = [f"--not-under={p}" for p in durable_paths(hosts[args.host])]
+            result = await link.helper("secret", "push", *extra, "--", args.name, stdin=stdin)
         elif args.secret_cmd == "ls":
             result = await link.helper("secret", "ls")
         else:
-            result = await link.helper("secret", "rm", args.name)
+            result = await link.helper("secret", "rm", "--", args.name)
     finally:
         await fleet.close()
     try:

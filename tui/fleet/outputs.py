@@ -101,13 +101,13 @@ async def check_gate(link: HostLink) -> GateResult:
 
 
 def run_dir_args(jobs: Sequence[Job]) -> list[str]:
-    """``--dir CWD SINCE`` for each cwd a job ran in, since its earliest start there."""
+    """``CWD SINCE`` for each cwd a job ran in, since its earliest start there."""
     since: dict[str, float] = {}
     for job in jobs:
         starts = [a.start for a in job.attempts if a.start is not None]
         if job.cwd and starts:
             since[job.cwd] = min(since.get(job.cwd, float("inf")), *starts)
-    return [a for cwd, t in sorted(since.items()) for a in ("--dir", cwd, repr(t))]
+    return [a for cwd, t in sorted(since.items()) for a in (cwd, repr(t))]
 
 
 async def run_dirs(link: HostLink, jobs: Sequence[Job]) -> RunDirs | str:
@@ -115,7 +115,7 @@ async def run_dirs(link: HostLink, jobs: Sequence[Job]) -> RunDirs | str:
     args = run_dir_args(jobs)
     if not args:
         return RunDirs.read({})
-    result = await link.helper("rundirs", *args)
+    result = await link.helper("rundirs", "--", *args)  # a cwd is never read as an option
     try:
         answer = read_rundirs(load_answer(result.stdout))
     except ValueError:

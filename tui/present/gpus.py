@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from gpuroom.tui.present.format import fmt_text, fmt_whole
+from gpuroom.tui.present.box import BoxView
+from gpuroom.tui.present.format import NA, fmt_text, fmt_whole
 from gpuroom.tui.present.levels import Level
-from gpuroom.tui.snapshot import Gpu, Snapshot
+from gpuroom.tui.snapshot import Gpu, GpuProcess, Snapshot
 
 # Clock-event reasons that say nothing is wrong (an idle GPU clocks down on purpose).
 BENIGN_THROTTLE = frozenset({"idle", "gpu_idle", "applications_clocks_setting", "none"})
@@ -130,6 +132,81 @@ def gpu_summary(rows: Sequence[GpuRow]) -> tuple[str, str, str]:
     return count, sm_text, pw_text
 
 
+# What a process on a GPU is to gpuroom: one of the box's jobs (its pid or process group is a
+# running attempt's), a desktop's display process (ignored by the free-GPU check, GEN7), any
+# other process (foreign: it holds VRAM a job may need), or a holder of /dev/nvidia* that the
+# GPU's process list does not show (zombie, U11).
+Mark = Literal["job", "display", "foreign", "zombie"]
+MARK_LEVEL: dict[Mark, Level] = {"job": "ok", "display": "ok", "foreign": "warn", "zombie": "crit"}
+
+
+@dataclass(frozen=True)
+class ProcRow:
+    """One process on one GPU, nvitop-like; every cell already inert text."""
+
+    gpu: str  # the GPU index, "?" for a zombie (its device nodes, not a listed GPU)
+    pid: str
+    user: str
+    type: str  # C, G, C+G; "-" for a zombie
+    command: str
+    vram: str  # MiB
+    mark: Mark
+    job: str | None  # the gpuroom job's id when mark is "job"
+
+    @property
+    def level(self) -> Level:
+        return MARK_LEVEL[self.mark]
+
+    @property
+    def mark_text(self) -> str:
+        if self.mark == "job":
+            return f"job {self.job}"
+        return "zombie U11" if self.mark == "zombie" else self.mark
+
+
+def _job_groups(snapshot: Snapshot) -> dict[int, str]:
+    """pid -> job id for every attempt still running. The runner starts each attempt in its
+    own session, so the attempt's pid is the process group of everything it spawns."""
+    groups: dict[int, str] = {}
+    for job in snapshot.jobs:
+        last = job.last_attempt
+        if last is not None and last.pid is not None and last.end is None:
+            groups[last.pid] = job.id
+    return groups
+
+
+def _mark(p: GpuProcess, groups: dict[int, str]) -> tuple[Mark, str | None]:
+    for pid in (p.pid, p.pgid):
+        if pid is not None and pid in groups:
+            return "job", fmt_text(groups[pid])
+    return ("display", None) if p.display_only else ("foreign", None)
+
+
+def gpu_processes(snapshot: Snapshot | None) -> list[ProcRow]:
+    """Every process on every GPU, marked, then the unlisted /dev/nvidia* holders (U11)."""
+    if snapshot is None:
+        return []
+    groups = _job_groups(snapshot)
+    rows = []
+    for i, g in enumerate(snapshot.gpus):
+        for p in g.processes:
+            mark, job = _mark(p, groups)
+            rows.append(ProcRow(
+                gpu=str(i if g.index is None else g.index),
+                pid=NA if p.pid is None else str(p.pid),
+                user=fmt_text(p.user) or NA,
+                type=fmt_text(p.type) or NA,
+                command=fmt_text(p.name or p.comm) or NA,
+                vram=fmt_whole(p.used_mib),
+                mark=mark, job=job))
+    for h in snapshot.vram_holders:
+        rows.append(ProcRow(
+            gpu="?", pid=NA if h.pid is None else str(h.pid), user=fmt_text(h.user) or NA,
+            type=NA, command=fmt_text(h.cmdline or h.comm) or NA, vram=NA,
+            mark="zombie", job=None))
+    return rows
+
+
 HISTORY_LEN = 24  # points of SM clock / power history per GPU (one per poll)
 
 
@@ -145,3 +222,5 @@ class GpuView:
     # A STALE or DOWN host: why it does not answer, with the fix (present/hosts.py
     # LinkProblem.lines), shown above whatever the last answer said.
     problem: tuple[str, ...] = ()
+    processes: tuple[ProcRow, ...] = ()  # gpu_processes: listed under the GPU rows
+    box: BoxView | None = None  # the box's CPU and memory, the pane's first line

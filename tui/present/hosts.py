@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.box import BoxView
 from gpuroom.tui.present.disks import (
     BYTES_CRIT_PCT,
     BYTES_WARN_PCT,
@@ -122,6 +123,8 @@ class HostRow:
     disk_level: Level
     inode_level: Level
     findings_level: Level = "ok"
+    box: str = "-"  # the job cgroup's "cpu% mem%" of quota and limit (present/box.py)
+    box_level: Level = "ok"
 
 
 def billed_cell(price_per_hour: float | None, seconds: float | None) -> str:
@@ -145,8 +148,9 @@ def findings_cell(severities: Iterable[str]) -> tuple[str, Level]:
 
 
 def host_row(host: HostState, now: float, *, billed: str = "-",
-             findings: Iterable[str] = ()) -> HostRow:
-    """``billed`` from the danger clock, ``findings`` the severities of the host's findings."""
+             findings: Iterable[str] = (), box: BoxView | None = None) -> HostRow:
+    """``billed`` from the danger clock, ``findings`` the severities of the host's findings,
+    ``box`` the host's CPU and memory (present/box.py BoxHistory.view)."""
     snap = host.view
     gpus = gpu_rows(snap)
     count, sm, power = gpu_summary(gpus)
@@ -181,4 +185,6 @@ def host_row(host: HostState, now: float, *, billed: str = "-",
         disk_level=b_level,
         inode_level=i_level,
         findings_level=find_level,
+        box=box.cell() if box is not None and snap is not None else "-",
+        box_level=box.level if box is not None else "ok",
     )

@@ -32,10 +32,17 @@ from gpuroom.tui.fleet.api import FleetAPI
 from gpuroom.tui.fleet.outputs import result_lines
 from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.box import BoxHistory
 from gpuroom.tui.present.detail import host_detail, job_detail
 from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_clock, fmt_cut, fmt_progress
-from gpuroom.tui.present.gpus import HISTORY_LEN, GpuView, gpu_absence, gpu_rows
+from gpuroom.tui.present.gpus import (
+    HISTORY_LEN,
+    GpuView,
+    gpu_absence,
+    gpu_processes,
+    gpu_rows,
+)
 from gpuroom.tui.present.hosts import billed_cell, host_row, link_problem, link_text
 from gpuroom.tui.present.jobs import (
     JobRow,
@@ -189,6 +196,7 @@ class GpuroomApp(SteerKeys):
         self._gpu_sm: dict[str, dict[int, deque[float | None]]] = {}
         self._gpu_pw: dict[str, dict[int, deque[float | None]]] = {}
         self._history_at: dict[str, float | None] = {}
+        self._box_history = BoxHistory()
         self._footer: Footer | None = None
         self._hint: Static | None = None
 
@@ -400,7 +408,8 @@ class GpuroomApp(SteerKeys):
             snap = h.view
             billed = billed_seconds(snap, now, h.rented_at) if snap is not None else None
             rows.append(host_row(h, now, billed=billed_cell(h.price_per_hour, billed),
-                                 findings=severities.get(h.name, ())))
+                                 findings=severities.get(h.name, ()),
+                                 box=self._box_history.view(h.name, snap)))
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
         # Findings and clocks once per redraw: banner and alerts read the same lists.
@@ -417,6 +426,7 @@ class GpuroomApp(SteerKeys):
         if h.last_ok is None or self._history_at.get(h.name) == h.last_ok:
             return
         self._history_at[h.name] = h.last_ok
+        self._box_history.observe(h.name, h.view)
         sm = self._gpu_sm.setdefault(h.name, {})
         pw = self._gpu_pw.setdefault(h.name, {})
         for g in gpu_rows(h.view):
@@ -449,6 +459,8 @@ class GpuroomApp(SteerKeys):
             sm_history=tuple(tuple(sm.get(g.index, ())) for g in rows),
             power_history=tuple(tuple(pw.get(g.index, ())) for g in rows),
             problem=lines,
+            processes=tuple(gpu_processes(h.view)),
+            box=self._box_history.view(h.name, h.view) if h.view is not None else None,
         )
         disk = self.query_one(DiskPanel)
         disk.disks = tuple(disk_rows(h.view))
@@ -578,6 +590,10 @@ class GpuroomApp(SteerKeys):
     def action_toggle_follow(self) -> None:
         log = self.query_one(LogTail)
         log.follow = not log.follow
+
+    def action_toggle_processes(self) -> None:
+        gpu = self.query_one(GpuPanel)
+        gpu.show_processes = not gpu.show_processes
 
     def _recorded(self, verb: str) -> bool:
         """True (and said at once, before any dialog) when the room plays a recording: no

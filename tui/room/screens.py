@@ -49,6 +49,8 @@ KEYS: tuple[Key, ...] = (
     Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
         "else the host's whole state, error and fix", short="detail"),
     Key("f", "toggle_follow", "follow / pause the log", short="follow"),
+    Key("p", "toggle_processes", "GPU pane: every GPU process (job, foreign, zombie U11) / "
+        "the GPU rows"),
     Key("r", "refresh", "poll the selected host now", short="refresh", group="host"),
     Key("s", "ssh", "interactive ssh to the selected host", short="ssh", group="host"),
     Key("d", "findings", "doctor: every finding and danger clock, with fixes", short="doctor"),

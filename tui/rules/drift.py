@@ -7,14 +7,10 @@ the code it loaded while the file says otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.present.format import fmt_text
+from gpuroom.tui.rules.finding import Finding
 from gpuroom.tui.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from gpuroom.tui.rules.doctor import Finding
 
 SHOWN = 3
 
@@ -23,8 +19,6 @@ FIX = ("never rewrite a file a live run reads (principle 6): write the new versi
 
 
 def drift_findings(host: str, snap: Snapshot) -> list[Finding]:
-    from gpuroom.tui.rules.doctor import Finding  # doctor imports this module
-
     out = []
     for job in snap.jobs:
         if job.state not in ACTIVE_STATES or not job.code_changed:

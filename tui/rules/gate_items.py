@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.present.format import fmt_bytes
-from gpuroom.tui.rules.gpu_idle import gpu_idle
+from gpuroom.tui.rules.stall import gpu_idle
 from gpuroom.tui.sanitize import truncate_display
 from gpuroom.tui.snapshot import Job, RunDirs, Snapshot
 

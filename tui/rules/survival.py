@@ -9,15 +9,11 @@ next step).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.present.format import fmt_text, fmt_utc
+from gpuroom.tui.rules.finding import Finding
 from gpuroom.tui.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from gpuroom.tui.rules.doctor import Finding
 
 FIX = ("the cloud takes the box in seconds: the jobs were sent SIGUSR1 to save; pull the "
        "newest checkpoint now (gpuroom pull HOST), then re-rent and relaunch: the job resumes "
@@ -26,8 +22,6 @@ FIX = ("the cloud takes the box in seconds: the jobs were sent SIGUSR1 to save; 
 
 def preempt_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     """Critical while a notice of this boot stands; a notice of an earlier boot is history."""
-    from gpuroom.tui.rules.doctor import Finding  # doctor imports this module
-
     out = []
     for queue in snap.queue.queues if snap.queue is not None else ():
         notice = queue.preempt
@@ -61,8 +55,6 @@ def _inside(path: str, root: str) -> bool:
 def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
     """A running job whose checkpoint dir is under none of the profile's mounts that survive
     a stop (as the probe resolved them): its checkpoints go with the next stop (U46)."""
-    from gpuroom.tui.rules.doctor import Finding  # doctor imports this module
-
     wanted = stop_surviving_paths(profile)
     # The probe watches each of them (tui/fleet/live.py watched_mounts) and resolves ~; a
     # path it could not resolve ($VAR, not watched) leaves the question open: no claim.

@@ -154,16 +154,17 @@ async def take_manifest(link: HostLink, remote_dir: str, only: list[str] | None 
                         defer_above: int | None = None,
                         deadline_s: float | None = None) -> dict[str, Any]:
     """The box's manifest of ``remote_dir``; see remote/manifest.py for ``defer_above``."""
-    args = ["manifest", remote_dir]
+    args = ["manifest"]
     for rel in only or []:
-        args += ["--only", rel]
+        args.append(f"--only={rel}")  # "=": a name starting with "-" stays a value
     if defer_above is not None:
         args += ["--defer-above", str(defer_above)]
     timeout_s = MANIFEST_TIMEOUT_S
     if deadline_s is not None:
         args += ["--deadline", f"{deadline_s:.0f}"]
         timeout_s = max(timeout_s, deadline_s + 60.0)
-    result = await link.helper(*args, timeout_s=timeout_s)
+    # Options first, then "--": a box-given directory is never read as an option.
+    result = await link.helper(*args, "--", remote_dir, timeout_s=timeout_s)
     try:
         doc = load_answer(result.stdout)
     except ValueError:

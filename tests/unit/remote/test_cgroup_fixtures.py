@@ -82,6 +82,8 @@ def test_cgroup_facts_v2_tree(tmp_path: Path) -> None:
     _write(tmp_path / "memory.max", "134217728\n")  # the docker lab-box capture's 128 MiB
     _write(tmp_path / "memory.current", "134090752\n")
     _write(tmp_path / "memory.events", capture("memory.events-docker-lab-box-oom_kill1.txt"))
+    # cpu.stat's CPU time so far (issue 20 item 4: the jump host turns two polls into a rate).
+    _write(tmp_path / "cpu.stat", "usage_usec 8123456\nuser_usec 7000000\nsystem_usec 1123456\n")
     facts = cgroup_facts(root=str(tmp_path))
     # "0::/" in /proc/self/cgroup joins to "<root>/": the same directory either way.
     facts["path"] = os.path.normpath(facts["path"])
@@ -93,6 +95,7 @@ def test_cgroup_facts_v2_tree(tmp_path: Path) -> None:
         "oom_kill": 1,
         "oom": 7,
         "cpu_quota_vcpus": 1.0,
+        "cpu_usage_usec": 8123456,
     }
 
 
@@ -117,6 +120,7 @@ def test_cgroup_facts_v1_tree(tmp_path: Path) -> None:
     oom_kill = parse_flat_keyed(capture("memory.events-5keys-oom3-kill3.txt"))["oom_kill"]
     _write(tmp_path / "memory" / "memory.oom_control",
            f"oom_kill_disable 0\nunder_oom 0\noom_kill {oom_kill}\n")
+    _write(tmp_path / "cpuacct" / "cpuacct.usage", "8123456789\n")  # nanoseconds
     facts = cgroup_facts(root=str(tmp_path))
     assert facts == {
         "version": 1,
@@ -126,6 +130,7 @@ def test_cgroup_facts_v1_tree(tmp_path: Path) -> None:
         "oom_kill": 3,
         "oom": None,
         "cpu_quota_vcpus": 1.0,
+        "cpu_usage_usec": 8123456,
     }
 
 

@@ -136,7 +136,8 @@ def test_nvml_gpus_read_every_field_and_not_supported_is_none() -> None:
     assert rtx["field_errors"] == {}
     assert rtx["clock_event_reasons"] == ["sw_power_cap"]
     assert rtx["processes"] == [{"pid": 1394, "type": "G", "name": None, "used_mib": 4,
-                                 "comm": gpu.proc_comm(1394)}]
+                                 "comm": gpu.proc_comm(1394),
+                                 **vram.proc_owner(1394)}]
 
 
 def test_nvml_other_errors_are_kept_per_field() -> None:
@@ -371,3 +372,21 @@ def test_vram_collect_without_device_nodes_is_empty() -> None:
     session = ProbeSession()
     session.state["gpu_pids"] = set()
     assert vram.collect(session, {}) == {"vram_holders": []}
+
+
+def test_proc_owner_names_the_user_and_the_process_group_of_a_gpu_process() -> None:
+    # Issue 20 item 3: the runner starts each attempt in its own session, so a job's workers
+    # carry the attempt's pid as their process group; the jump host matches jobs by it.
+    import pwd
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                             start_new_session=True)
+    try:
+        assert vram.proc_owner(child.pid) == {
+            "user": pwd.getpwuid(os.getuid()).pw_name, "pgid": child.pid}
+        assert vram.proc_owner(os.getpid())["pgid"] == os.getpgid(0)
+    finally:
+        child.kill()
+        child.wait()
+    # Gone (or outside this PID namespace, U11): nothing to say.
+    assert vram.proc_owner(child.pid) == {"user": None, "pgid": None}

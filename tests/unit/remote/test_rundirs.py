@@ -58,8 +58,8 @@ def test_main_answers_every_dir_asked_and_a_missing_one_says_so(tmp_path: Path) 
     _write(tmp_path / "a" / "tb" / "events.out.tfevents.1.box", STARTED + 1)
     out = io.StringIO()
     with redirect_stdout(out):
-        rc = rundirs.main(["--dir", str(tmp_path / "a"), str(STARTED),
-                           "--dir", str(tmp_path / "gone"), str(STARTED)])
+        rc = rundirs.main(["--", str(tmp_path / "a"), str(STARTED),
+                           str(tmp_path / "gone"), str(STARTED)])
     doc = json.loads(out.getvalue())
     assert rc == 0 and doc["ok"] and not doc["cut"]
     first, second = doc["scans"]

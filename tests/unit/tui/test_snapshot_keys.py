@@ -128,7 +128,9 @@ def real_documents() -> list[Any]:
                        ALLOCATION[-1]["snapshot"],
                        {"gpus": gpu.nvml_gpus(FakeNvml())},
                        # The disk collector run here: newer keys than the recorded session.
-                       {"disks": hostinfo.disks([])}]
+                       {"disks": hostinfo.disks([])},
+                       # And the cgroup collector: its CPU time is newer than the session.
+                       {"cgroup": hostinfo.cgroup_facts()}]
     if FIXTURES.is_dir():
         docs.append({"kernel": {"events": kernel_events(FIXTURES)}})
     return docs
@@ -140,14 +142,12 @@ SEEN = sorted(keys_seen(Snapshot, real_documents()))
 ELSEWHERE = {
     "queue.queues{}.jobs[].attempts[].boot_id", "queue.queues{}.jobs[].attempts[].gpus",
     "queue.queues{}.jobs[].attempts[].pid", "queue.queues{}.jobs[].sync.state",
-    # A local runner's status (runner.json) and a local job's wait reason: the recorded
-    # session is a Slurm login node, which has no runner.
-    "queue.queues{}.jobs[].waiting", "queue.queues{}.runner.pid",
+    # A local runner's status (runner.json): the recorded session is a Slurm login node,
+    # which has no runner. (A job's wait reason, priority and dependencies are written for
+    # Slurm jobs too; the allocation recording carries them.)
+    "queue.queues{}.runner.pid",
     "queue.queues{}.runner.heartbeat", "queue.queues{}.runner.write_error",
     "queue.queues{}.runner.error",
-    # Queue control of a local job (issue 20): its priority, dependencies, edited origin.
-    "queue.queues{}.jobs[].priority", "queue.queues{}.jobs[].after",
-    "queue.queues{}.jobs[].edited_from",
     # A running local job's scripts compared with their launch (remote/drift.py).
     "queue.queues{}.jobs[].code_changed",
     # The allocation recording watched a path that does not exist: its disk error is real.
@@ -156,6 +156,10 @@ ELSEWHERE = {
     *required("preempt"),
     # What code an attempt launched with: tests/system/test_drift_ssh.py polls one.
     *required("code"),
+    # issue 19: a local job's log mtime and CPU seconds, the local runner's boot and hook
+    "queue.queues{}.jobs[].log_chunk.mtime", "queue.queues{}.jobs[].cpu_s",
+    "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",
+    "queue.queues{}.jobs[].checkpoint.save_s",
 }
 
 
