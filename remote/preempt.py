@@ -29,8 +29,11 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List, Optional
 
-CLOUDS = ("aws", "gcp", "azure")
+# "gcp-preemptible": a legacy preemptible VM, asked like GCP; it also dies 24 h after its
+# start, which the jump host's danger clock counts (tui/rules/clock.py).
+CLOUDS = ("aws", "gcp", "gcp-preemptible", "azure")
 DEFAULT_URL = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal",
+               "gcp-preemptible": "http://metadata.google.internal",
                "azure": "http://169.254.169.254"}
 TIMEOUT_S = 0.1  # one whole check, every request of it included
 EVERY_S = 5.0  # at most one check per this many seconds
@@ -119,7 +122,7 @@ def _azure(base: str, deadline: _Deadline, now: float) -> Dict[str, Any]:
     return {"notice": False}
 
 
-_CHECKS = {"aws": _aws, "gcp": _gcp, "azure": _azure}
+_CHECKS = {"aws": _aws, "gcp": _gcp, "gcp-preemptible": _gcp, "azure": _azure}
 
 
 def check(cloud: str, url: Optional[str] = None, *, timeout: float = TIMEOUT_S,

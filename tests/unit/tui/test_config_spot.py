@@ -27,5 +27,5 @@ def test_a_spot_cloud_is_read_and_written_back(tmp_path: Path) -> None:
 def test_a_spot_value_that_names_no_cloud_is_this_host_s_error(tmp_path: Path,
                                                                value: str) -> None:
     host = _host(tmp_path, value)
-    assert host.error is not None and "spot must name the cloud: one of aws, gcp, azure" \
-        in host.error
+    assert host.error is not None
+    assert "spot must name the cloud: one of aws, gcp, gcp-preemptible, azure" in host.error
