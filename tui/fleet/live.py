@@ -130,7 +130,7 @@ class Fleet(PendingLedger):
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
                               rented_at=h.rented_at, stall_after_s=h.stall_after_s,
-                              mtbf_s=h.mtbf_s,
+                              mtbf_s=h.mtbf_s, spot=h.spot,
                               error=h.error)
             for h in self._hosts.values()
         }
@@ -414,6 +414,9 @@ class Fleet(PendingLedger):
             args.append(f"--name={name}")
         if cwd:
             args.append(f"--cwd={cwd}")
+        spot = self._hosts[host].spot if host in self._hosts else None
+        if spot:
+            args.append(f"--spot={spot}")  # its runner watches for the cloud's notice (U45)
         out = await self._queue_call(host, *args, "--", *argv)
         try:
             doc = load_answer(out)

@@ -51,13 +51,12 @@ log = logging.getLogger(__name__)
 
 def mirror_default(host: HostConfig) -> bool:
     """Whether ``host``'s jobs are mirrored without being asked: the host's ``mirror``
-    setting, else its ``spot`` setting where hosts.toml has one, else whether its profile's
+    setting, else its ``spot`` cloud (a spot instance), else whether its profile's
     platform rents boxes that can vanish (spot_available = true)."""
     if host.mirror is not None:
         return host.mirror
-    spot = getattr(host, "spot", None)
-    if isinstance(spot, bool):
-        return spot
+    if host.spot:  # hosts.toml spot = "aws" | "gcp" | ...: a spot instance
+        return True
     try:
         return load_profile(host.profile).spot_available is True
     except (ProfileError, GpuroomError, OSError):
@@ -163,8 +162,9 @@ def _write_private(path: Path, doc: Any) -> None:
 
 
 async def read_spec(link: HostLink, job: str) -> QueueSpec:
-    """``queue show``'s answer for ``job``: its queue's dir and config, and the job."""
-    result = await link.helper("queue", "show", "--", job, timeout_s=60.0)
+    """``queue show``'s answer for ``job``: its queue's dir and config, and the job with its
+    env values (``--with-env``: the box redacts them in every other view, U34)."""
+    result = await link.helper("queue", "show", "--with-env", "--", job, timeout_s=60.0)
     try:
         doc = load_answer(result.stdout)
     except ValueError:

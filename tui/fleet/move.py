@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpuroom.remote.queue_events import LIVE_STATES
-from gpuroom.remote.queue_runner import job_ckpt_dir
+from gpuroom.remote.queue_events import LIVE_STATES, ckpt_dir_of
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
@@ -135,8 +134,9 @@ class Lineage:
         return out
 
 
-async def _ask(link: HostLink, *args: str, check: bool = True) -> dict[str, object]:
-    result = await link.helper("queue", *args, timeout_s=60.0)
+async def _ask(link: HostLink, *args: str, check: bool = True,
+               stdin: bytes | None = None) -> dict[str, object]:
+    result = await link.helper("queue", *args, stdin=stdin, timeout_s=60.0)
     try:
         doc = load_answer(result.stdout)
     except ValueError:
@@ -161,16 +161,19 @@ async def _ended(link: HostLink, job: str, deadline_s: float) -> JobSpec:
         await asyncio.sleep(POLL_S)
 
 
-def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> list[str]:
-    """`queue add`'s options and argv for the identical job on ``dst``."""
+def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str], bytes | None]:
+    """`queue add`'s options and argv for the identical job on ``dst``, and its stdin: the
+    env values travel there, never on the box's command line (U34)."""
     def mapped(value: str) -> str:
         return map_path(value, src.workdir, dst.workdir)
 
     opts = [f"--name={spec.name}"] if spec.name else []
     if spec.cwd:
         opts.append(f"--cwd={mapped(spec.cwd)}")
-    for k, v in spec.env.items():
-        opts += ["--env", f"{k}={mapped(v)}"]
+    stdin = None
+    if spec.env:
+        opts.append("--env-stdin")
+        stdin = json.dumps({k: mapped(v) for k, v in spec.env.items()}).encode()
     if spec.gpus is not None:
         opts += ["--gpus", str(spec.gpus)]
     if spec.vram_mib is not None:
@@ -181,7 +184,7 @@ def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> list[str]:
     opts += [f"--output={o}" for o in spec.outputs]
     if spec.durable_dir:
         opts.append(f"--durable-dir={mapped(spec.durable_dir)}")
-    return [*opts, "--", *(mapped(a) for a in spec.argv)]
+    return [*opts, "--", *(mapped(a) for a in spec.argv)], stdin
 
 
 async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
@@ -256,14 +259,15 @@ async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
         await _ask(link, "pause")
     new_job = ""
     try:
-        added = await _ask(link, "add", *add_argv(spec, src, dst))
+        argv, stdin = add_argv(spec, src, dst)
+        added = await _ask(link, "add", *argv, stdin=stdin)
         new_job = str(added.get("job"))
         say(f"{dst.name}: added {new_job} ({src.name}/{spec.id}'s command)")
         if home is not None:
             where = await read_spec(link, new_job)
             root = posixpath.dirname(posixpath.dirname(where.dir or ""))
-            ckpt_dir = job_ckpt_dir(root, where.queue, new_job, where.jobs[0].durable_dir,
-                                    where.config.durable_dir)
+            ckpt_dir = ckpt_dir_of(root, where.queue, new_job, where.jobs[0].durable_dir,
+                                   {"durable_dir": where.config.durable_dir})
             await push_file(link, Path(home.local_path), ckpt_dir, home.file, home.sha256)
             say(f"{dst.name}/{new_job}: ckpt step {home.step} in {ckpt_dir}, sha256 checked "
                 "on arrival")

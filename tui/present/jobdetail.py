@@ -49,6 +49,21 @@ def _checkpoint_text(ckpt: Checkpoint | None, now: float) -> str:
             f", {age} old, {fmt_bytes(ckpt.size)})")
 
 
+def _code_rows(job: Job) -> Rows:
+    """What code the newest attempt launched with (U42), and what changed since (U2)."""
+    last = job.last_attempt
+    code = last.code if last is not None else None
+    if code is None:
+        return []
+    rows: Rows = [("script", f"{fmt_text(s.path)} sha256 {fmt_text((s.sha256 or '?')[:12])}"
+                   + (" (changed since launch)" if s.path in job.code_changed else ""))
+                  for s in code.scripts]
+    if code.git is not None:
+        rows.append(("git", f"HEAD {fmt_text((code.git.head or '?')[:12])}"
+                     + (" with uncommitted changes" if code.git.dirty else ", clean")))
+    return rows
+
+
 def detail_title(job: Job) -> str:
     """"job j7 (sweep1)": the id, and the name when it says more."""
     title = f"job {fmt_text(job.id)}"
@@ -84,6 +99,7 @@ def detail_rows(job: Job, now: float) -> Rows:
         rows.append(("reason", fmt_text(job.reason)))
     rows.append(("attempts", str(len(job.attempts))))
     rows.extend((f"  attempt {a.attempt}", _attempt_text(a)) for a in job.attempts)
+    rows.extend(_code_rows(job))
     rows.append(("checkpoint dir", fmt_text(job.ckpt_dir) if job.ckpt_dir else "-"))
     rows.append(("newest checkpoint", _checkpoint_text(job.checkpoint, now)))
     rows.append(("log", fmt_text(job.log_path) if job.log_path else "-"))

@@ -3,6 +3,7 @@ workdirs, the identical `queue add` it sends, and the lineage both queues show."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,14 @@ def test_the_moved_job_is_the_identical_command_with_mapped_paths() -> None:
         "vram_mib": 30000, "retries": 1, "retry_on_exit": True, "outputs": ["*.pt"]}]})
     a = HostConfig(name="a", ssh="a", workdir="/ws")
     b = HostConfig(name="b", ssh="b", workdir="/home/u/w")
-    argv = add_argv(spec.jobs[0], a, b)
-    assert argv == ["--name=sweep", "--cwd=/home/u/w/run", "--env", "DATA=/home/u/w/d",
-                    "--env", "SEED=7", "--gpus", "2", "--vram-mib", "30000", "--retries", "1",
+    argv, stdin = add_argv(spec.jobs[0], a, b)
+    assert argv == ["--name=sweep", "--cwd=/home/u/w/run", "--env-stdin",
+                    "--gpus", "2", "--vram-mib", "30000", "--retries", "1",
                     "--retry-on-exit", "--output=*.pt", "--",
                     "python3", "/home/u/w/train.py", "--lr", "3e-4"]
-    same = add_argv(spec.jobs[0], a, HostConfig(name="c", ssh="c"))  # no workdir: as it was
+    # The values go on stdin, never on the box's command line (U34).
+    assert stdin is not None and json.loads(stdin) == {"DATA": "/home/u/w/d", "SEED": "7"}
+    same, _ = add_argv(spec.jobs[0], a, HostConfig(name="c", ssh="c"))  # no workdir
     assert same[-4:] == ["python3", "/ws/train.py", "--lr", "3e-4"] and "--cwd=/ws/run" in same
 
 
