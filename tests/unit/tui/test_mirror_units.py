@@ -37,6 +37,8 @@ def test_spot_profiles_mirror_by_default_a_host_setting_wins() -> None:
     assert mirror_default(HostConfig(name="a", ssh="a", profile="generic-ssh")) is False
     assert mirror_default(HostConfig(name="a", ssh="a", profile="vastai", mirror=False)) is False
     assert mirror_default(HostConfig(name="a", ssh="a", mirror=True)) is True
+    # hosts.toml spot = "aws" (a spot instance on a generic-ssh profile): it can vanish too
+    assert mirror_default(HostConfig(name="a", ssh="a", spot="aws")) is True
     # A profile that cannot be read: no mirror (the doctor reports the profile).
     assert mirror_default(HostConfig(name="a", ssh="a", profile="no-such-profile")) is False
 
