@@ -235,7 +235,7 @@ def test_every_id_and_principle_the_repo_cites_is_explained() -> None:
     for path in citing_files():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             problems += _missing_citations(line, f"{path.relative_to(ROOT)}:{n}")
-    problems += _missing_citations(GOTCHAS.read_text(encoding="utf-8"), "docs/GOTCHAS.md")
+    problems += _missing_citations(catalogue_text(), "docs/GOTCHAS.md")
     assert problems == []
 
 
@@ -302,6 +302,10 @@ ALL_MERGED = "Counted:"
 MAIN_ALONE = "On main alone"
 
 
+def _merged(branch: str) -> bool:
+    return (ROOT / BRANCH_MARK[branch]).is_file()
+
+
 def coverage_text() -> str:
     parts = GOTCHAS.read_text(encoding="utf-8").split(COVERAGE_HEADING)
     assert len(parts) == 2, "docs/GOTCHAS.md needs one 'How much is covered' section"
@@ -341,7 +345,9 @@ def coverage_problems(text: str, catalogue: set[str]) -> list[str]:
     problems += [f"{i} is classed {ids.count(i)} times" for i in sorted(set(ids))
                  if ids.count(i) > 1]
     problems += [f"{i} is not classed" for i in sorted(catalogue - set(ids))]
-    problems += [f"{i} is not in the catalogue" for i in sorted(set(ids) - catalogue)]
+    # An id a branch adds to the catalogue is classed here before the branch is in.
+    coming = {c[0] for c in rows if c[2] in BRANCH_MARK and not _merged(c[2])}
+    problems += [f"{i} is not in the catalogue" for i in sorted(set(ids) - catalogue - coming)]
     for key, cls, origin, why in rows:
         if cls not in CLASSES:
             problems.append(f"{key}: class {cls!r} is none of {CLASSES}")
@@ -357,7 +363,7 @@ def coverage_problems(text: str, catalogue: set[str]) -> list[str]:
             problems.append(f"{key}: partial must say what is missing")
         if cls == "out of scope" and len(why) < 30:
             problems.append(f"{key}: out of scope must say why")
-        if origin == "main" or (ROOT / BRANCH_MARK[origin]).is_file():
+        if origin == "main" or _merged(origin):
             for rel, name in refs:
                 problems += _ref_problems(rel, name, key) if name else (
                     [] if (ROOT / rel).exists() else [f"{key}: {rel} does not exist"])
