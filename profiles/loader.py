@@ -152,6 +152,9 @@ class Profile:
     summary: str = ""
     detach_how: str = ""
     danger_clocks: tuple[DangerClock, ...] = ()
+    # Mean time between interruptions (preemption, reclaim, disconnect) in seconds: the mu of
+    # the Young/Daly checkpoint interval (principle 8). hosts.toml mtbf_hours overrides it.
+    mtbf_s: int | Special = "unknown"
     surface: Surface = field(default_factory=Surface)
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -333,6 +336,7 @@ _PROFILE_SPECS: dict[str, _Spec] = {
     "data_dir": _Spec(_string('"unknown"')),
     "mounts": _Spec(_array_of_tables(_MOUNT_SPECS, Mount)),
     "danger_clocks": _Spec(_array_of_tables(_CLOCK_SPECS, DangerClock), False),
+    "mtbf_s": _Spec(_choice(_literal_values(Special), int_ok=True), False),
     "surface": _Spec(_surface, False),
     "sources": _Spec(_str_table, False),
 }

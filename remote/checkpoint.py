@@ -78,6 +78,9 @@ _SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start write-back of dirty pages in r
 _COPY_CHUNK_BYTES = 16 * _MIB
 _PARALLEL_COPY_MIN_BYTES = 64 * _MIB
 _DEFAULT_STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
+# Next to the checkpoints: how long the last save took (C of Young/Daly), read by the probe
+# (remote/queue.py newest_checkpoint) so the doctor can judge the cadence (principle 8).
+SAVE_RECORD = ".gpuroom-save.json"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -800,6 +803,26 @@ class Checkpointer:
             return self._thread is not None and self._thread.is_alive()
 
     def _commit(self, payload: Dict[str, Any], step: int) -> Path:
+        started = time.monotonic()
+        final = self._write(payload, step)
+        self._record_save(final, step, time.monotonic() - started)
+        return final
+
+    def _record_save(self, final: Path, step: int, seconds: float) -> None:
+        """Write SAVE_RECORD (tmp, then replace): the probe reports C from it. A failure to
+        write it never fails the save it describes."""
+        record = {"step": step, "path": final.name, "save_s": round(seconds, 3),
+                  "at": time.time()}
+        # Named beside the record, not ".tmp.": only the checkpoint's own temps are that.
+        tmp = self.directory / f"{SAVE_RECORD}.{os.getpid()}.new"
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(str(tmp), str(self.directory / SAVE_RECORD))
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            _warn(f"could not record the save time in {self.directory}: {exc}")
+
+    def _write(self, payload: Dict[str, Any], step: int) -> Path:
         import torch
 
         final = self.path_for(step)

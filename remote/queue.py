@@ -50,7 +50,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import queue_slurm, slurm_telemetry
+from . import addcheck, queue_slurm, slurm_telemetry
+from .checkpoint import SAVE_RECORD
+from .procstat import group_cpu_seconds
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
@@ -142,13 +144,19 @@ def tmux_session_exists(name: str) -> bool:
 
 # ---------------------------------------------------------------- runner liveness and start
 
+REBOOT_HOOK_MARK = "reboot-hook"
+
+
 def runner_alive(qdir: str) -> bool:
     """Whether some runner holds the queue's lock."""
     return flock_held(os.path.join(qdir, RUNNER_LOCK))
 
 
 def _runner_info(qdir: str) -> Dict[str, Any]:
-    info: Dict[str, Any] = {"alive": runner_alive(qdir)}
+    # GEN6: the doctor asks for an @reboot entry where none was installed; the marker is
+    # written by install-reboot-hook, so a poll needs no `crontab -l`.
+    info: Dict[str, Any] = {"alive": runner_alive(qdir),
+                            "reboot_hook": os.path.exists(os.path.join(qdir, REBOOT_HOOK_MARK))}
     try:
         with open(os.path.join(qdir, RUNNER_STATUS)) as f:
             status = json.load(f)
@@ -312,7 +320,7 @@ def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
         f = open(path, "rb")
     except FileNotFoundError:
         return {"offset": 0, "next_offset": 0, "inode": None, "size": 0, "data_b64": "",
-                "reset": bool(cursor), "missing": True}
+                "reset": bool(cursor), "missing": True, "mtime": None}
     with f:
         st = os.fstat(f.fileno())
         reset = False
@@ -333,7 +341,7 @@ def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
         data = f.read(min(max_bytes, max(0, end - start)))
     return {"offset": start, "next_offset": start + len(data), "inode": st.st_ino,
             "size": st.st_size, "data_b64": base64.b64encode(data).decode("ascii"),
-            "reset": reset}
+            "reset": reset, "mtime": st.st_mtime}  # a stall is a log that stopped (item 1)
 
 
 def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -347,6 +355,8 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
             seen += 1
             if seen > CKPT_SCAN_LIMIT:
                 return best
+            if name.startswith(SAVE_RECORD):
+                continue  # the Checkpointer's note beside the checkpoints, not one
             path = os.path.join(dirpath, name)
             try:
                 st = os.stat(path)
@@ -354,7 +364,20 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
                 continue
             if best is None or st.st_mtime > best["mtime"]:
                 best = {"path": path, "size": st.st_size, "mtime": st.st_mtime}
+    if best is not None:
+        best["save_s"] = save_seconds(ckpt_dir)
     return best
+
+
+def save_seconds(ckpt_dir: str) -> Optional[float]:
+    """How long the Checkpointer's last save into ``ckpt_dir`` took (C), if it recorded it."""
+    try:
+        with open(os.path.join(ckpt_dir, SAVE_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = record.get("save_s") if isinstance(record, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
@@ -375,6 +398,17 @@ def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optio
     return hit[1]  # type: ignore[no-any-return]
 
 
+def _pgid(job: Dict[str, Any]) -> Optional[int]:
+    """The attempt's pid, which leads the job's own process group (queue_runner)."""
+    attempts = job.get("attempts") or []
+    pid = attempts[-1].get("pid") if attempts and isinstance(attempts[-1], dict) else None
+    return pid if isinstance(pid, int) and not job.get("backend") == "slurm" else None
+
+
+def running_pgids(jobs: List[Dict[str, Any]]) -> List[int]:
+    return [p for p in (_pgid(j) for j in jobs if j.get("state") in ACTIVE_STATES) if p]
+
+
 def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     """The probe's ``queue`` section: every queue, bounded, with log bytes per cursor."""
     root = root_dir(request.get("queue_root"))
@@ -389,12 +423,14 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         if name not in readers:
             readers[name] = EventReader(qdir)
         view = queue_view(root, name, LS_JOB_LIMIT, readers[name])
+        cpu = group_cpu_seconds(running_pgids(view["jobs"]))
         for job in view["jobs"]:
             key = name + "/" + job["id"]
             if job["state"] in ACTIVE_STATES or key in cursors:
                 job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
             if job["state"] in ACTIVE_STATES:
                 job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+                job["cpu_s"] = cpu.get(_pgid(job) or 0)
             elif job["state"] == "succeeded" and job.get("ckpt_dir"):
                 ckpt_dir = str(job["ckpt_dir"])
                 if ckpt_dir in old_ckpts:
@@ -479,6 +515,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--no-start", action="store_true", help="do not start a runner")
     parser.add_argument("--idle-exit", type=float, default=None,
                         help="idle seconds before a runner started here exits")
+    parser.add_argument("--fix-crlf", action="store_true",
+                        help="convert script arguments with CRLF line ends (U26) to LF")
     _slurm_options(parser)
     parser.add_argument("--array", default=None,
                         help="Slurm job array, e.g. 0-9%%2 (tasks 0..9, two at a time)")
@@ -488,6 +526,10 @@ def _cmd_add(argv: List[str]) -> int:
         return 2
     root, queue = root_dir(args.root), check_queue_name(args.queue)
     cwd = os.path.abspath(os.path.expanduser(args.cwd)) if args.cwd else os.getcwd()
+    refused = _add_refusal(args, cmd, cwd)
+    if refused is not None:
+        _emit({"ok": False, "recorded": False, "queue": queue, **refused})
+        return 2
     if args.backend == queue_slurm.BACKEND or (
             args.backend is None and queue_slurm.is_default(root, queue)):
         if args.after or args.priority:
@@ -594,6 +636,19 @@ def add_job(root: str, queue: str, fields: Dict[str, Any], *, start: bool = True
     if start:
         doc["runner"] = runner
     return doc
+
+
+def _add_refusal(args: argparse.Namespace, cmd: List[str], cwd: str) -> Optional[Dict[str, str]]:
+    """Issue 19: a CRLF script (U26) and, off Slurm, GPUs asked of a GPU-less box (U31)."""
+    crlf = addcheck.crlf_scripts(cmd, cwd)
+    if crlf and not args.fix_crlf:
+        return addcheck.crlf_refusal(crlf)
+    for path in crlf:
+        addcheck.fix_crlf(path)
+    if args.backend == queue_slurm.BACKEND or (
+            args.backend is None and queue_slurm.is_default(root_dir(args.root), args.queue)):
+        return None  # the GPUs are the compute node's, not the login node's
+    return addcheck.gpu_refusal(args.gpus)
 
 
 def _slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -900,6 +955,10 @@ def _cmd_install_reboot_hook(argv: List[str]) -> int:
             why = proc.stderr.decode("utf-8", "replace").strip()
             _emit({"ok": False, "queue": queue, "error": f"crontab - failed: {why}"})
             return 1
+    qdir = queue_dir(root, queue)
+    os.makedirs(qdir, exist_ok=True)
+    with open(os.path.join(qdir, REBOOT_HOOK_MARK), "w") as f:
+        f.write(entry + "\n")
     _emit({"ok": True, "queue": queue, "changed": changed, "line": entry})
     return 0
 

@@ -80,7 +80,20 @@ class HostConfig:
     python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
     # When billing started, if not at the box's boot (a stopped-then-started box, a reused one).
     rented_at: float | None = None
+    # A running job with no sign of life this long on idle GPUs is stalled (issue 19 item 1).
+    stall_after_min: float | None = None
+    # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
+    # Young/Daly checkpoint cadence, principle 8).
+    mtbf_hours: float | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
+
+    @property
+    def mtbf_s(self) -> float | None:
+        return None if self.mtbf_hours is None else 3600.0 * self.mtbf_hours
+
+    @property
+    def stall_after_s(self) -> float | None:
+        return None if self.stall_after_min is None else 60.0 * self.stall_after_min
 
     def to_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -102,6 +115,10 @@ class HostConfig:
             out["python"] = self.python
         if self.rented_at is not None:
             out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
+        if self.stall_after_min is not None:
+            out["stall_after_min"] = self.stall_after_min
+        if self.mtbf_hours is not None:
+            out["mtbf_hours"] = self.mtbf_hours
         return out
 
 
@@ -148,7 +165,8 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at"}
+              "teardown_command", "python", "rented_at", "stall_after_min",
+              "mtbf_hours"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -222,6 +240,19 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
                             "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
         else:
             host.rented_at = at
+    stall = raw.get("stall_after_min")
+    if stall is not None:
+        if isinstance(stall, (int, float)) and not isinstance(stall, bool) and stall > 0:
+            host.stall_after_min = float(stall)
+        else:
+            problems.append("stall_after_min must be a number of minutes > 0, e.g. "
+                            "stall_after_min = 45")
+    mtbf = raw.get("mtbf_hours")
+    if mtbf is not None:
+        if isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool) and mtbf > 0:
+            host.mtbf_hours = float(mtbf)
+        else:
+            problems.append("mtbf_hours must be a number of hours > 0, e.g. mtbf_hours = 3")
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host

@@ -62,6 +62,8 @@ class HostState:
     next_try: float | None = None  # when the fleet polls it again; None: no poll is planned
     price_per_hour: float | None = None
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
+    stall_after_s: float | None = None  # hosts.toml stall_after_min: a hung job's threshold
+    mtbf_s: float | None = None  # hosts.toml mtbf_hours: the box's mean time to interruption
     polls_ok: int = 0
     polls_failed: int = 0
     pending: list[PendingAction] = field(default_factory=list)

@@ -431,6 +431,8 @@ class Gpu(View):
     util_mem_pct: float | None = key(number, old=("util_mem",))
     mem_used_mib: float | None = key(number)
     mem_total_mib: float | None = key(number)
+    # U22: a count that rises within one boot is a GPU dying (NVML / nvidia-smi, volatile)
+    ecc_volatile_uncorrected: float | None = key(number)
     # every active reason, idle included
     clock_event_reasons: tuple[str, ...] = key(reason_names,
                                                old=("clock_reasons", "throttle_reasons"))
@@ -523,6 +525,7 @@ class Checkpoint(View):
     path: str | None = key(text)
     size: float | None = key(number)
     mtime: float | None = key(number)
+    save_s: float | None = key(number)  # how long its last save took (C), when recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +538,7 @@ class LogChunk(View):
     size: int | None = key(integer)
     data_b64: str | None = key(text)
     reset: bool = key(flag)  # the file was truncated or replaced since the cursor
+    mtime: float | None = key(number)  # the box's clock: when the job last wrote its log
 
     @property
     def data(self) -> bytes | None:
@@ -626,6 +630,7 @@ class Job(View):
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
     sync: Sync | None = nested(Sync, "maybe")
+    cpu_s: float | None = key(number)  # CPU seconds of its process group (remote/procstat.py)
     # Slurm jobs carry the final code on the job too
     exit_code: int | None = key(integer, old=("returncode",), origin="slurm")
     backend: str | None = key(text, origin="slurm")
@@ -681,6 +686,9 @@ class QueueRunner(View):
     write_error: str | None = key(text)
     # any other failure of its last tick (it backs off and retries; it never dies)
     error: str | None = key(text)
+    boot_id: str | None = key(text)
+    # queue install-reboot-hook ran for this queue (GEN6); None: a helper that does not say
+    reboot_hook: bool | None = key(lambda v: v if isinstance(v, bool) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ disk, SIGTERM/SIGUSR1 mid-epoch, and the verify CLI run as a module. Real torch,
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -231,7 +232,9 @@ def test_disk_full_raises_clear_error_and_keeps_previous(
     assert str(directory) in message and "out of space" in message
     assert "Needs about 4.1 MiB" in message and "Fix:" in message
     assert "ckpt-000000000001.pt is intact" in message
-    assert sorted(os.listdir(directory)) == ["ckpt-000000000001.pt"]  # temp gone
+    # temp gone; the record of the last good save (issue 19: C for the cadence) stays
+    assert sorted(os.listdir(directory)) == [ckmod.SAVE_RECORD, "ckpt-000000000001.pt"]
+    assert json.loads((directory / ckmod.SAVE_RECORD).read_text())["step"] == 1
     # ...and closed: a writer kept alive by the exception's frames would still hold its
     # blocks, so the disk would stay full while the caller holds the error.
     st = os.statvfs(tiny_fs)

@@ -374,7 +374,12 @@ def test_vram_ask_is_recorded_for_the_doctor(box: Box) -> None:
     from gpuroom.tui.rules.doctor import job_findings
     from gpuroom.tui.snapshot import read_snapshot
 
-    doc = box.json("add", "--no-start", "--vram-mib", "40000", "--gpus", "1", "--", "true")
+    # A GPU job is added only where the runner sees a card (issue 19: U31).
+    inventory = box.work / "gpus.json"
+    inventory.write_text(json.dumps({"gpus": [{"index": 0, "processes": []}]}))
+    env = dict(box.env, GPUROOM_GPUS_JSON=str(inventory))
+    doc = box.json("add", "--no-start", "--vram-mib", "40000", "--gpus", "1", "--", "true",
+                   env=env)
     jobs = box.json("ls")["jobs"]
     job = next(j for j in jobs if j["id"] == doc["job"])
     assert job["vram_mib"] == 40000 and job["state"] == "queued"

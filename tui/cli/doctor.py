@@ -52,7 +52,9 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
     for s in states:
         profile = cached_profile(s.profile, cache)
         findings += diagnose(None, s.view, s.state, profile, now,
-                             host=s.name, error=s.error, last_ok=s.last_ok)
+                             host=s.name, error=s.error, last_ok=s.last_ok,
+                             price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
+                             mtbf_s=s.mtbf_s)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour, records=records)

@@ -222,7 +222,7 @@ def _backed_up(backup: Path | None) -> str:
 def cmd_room(args: argparse.Namespace) -> int:
     config = load_config(args)
     recorder = Recorder(Path(args.record)) if args.record else None
-    fleet = Fleet(config, recorder=recorder)
+    fleet = Fleet(config, recorder=recorder, restart_runners=True)
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
@@ -239,7 +239,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.interval is not None:
         config.settings.poll_interval_s = args.interval
     path = Path(args.file)
-    fleet = Fleet(config, recorder=Recorder(path))
+    fleet = Fleet(config, recorder=Recorder(path), restart_runners=True)
     polls = [0]
     total = args.polls * len(fleet.hosts()) if args.polls else None
 

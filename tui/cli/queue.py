@@ -51,6 +51,8 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
+    p.add_argument("--fix-crlf", action="store_true",
+                   help="convert script arguments with Windows CRLF line ends (U26) to LF")
     p.add_argument("--retry-on-exit", action="store_true",
                    help="retry a non-zero exit too (default: only deaths by a signal)")
     p.add_argument("--after", metavar="JOB[,JOB]",
@@ -113,6 +115,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
     p.set_defaults(add_parser=p)
+    p = qsub.add_parser("boot-hook", help="install an @reboot crontab entry that starts the "
+                        "queue's runner after a reboot (GEN6)")
+    p.add_argument("host")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p = qsub.add_parser("logs", help="a job's log (-f to follow)")
     p.add_argument("host")
     p.add_argument("job")
@@ -268,10 +274,21 @@ async def _run(args: argparse.Namespace) -> int:
                 opts += ["--after", args.after]
             if args.priority is not None:
                 opts += ["--priority", str(args.priority)]
+            if args.fix_crlf:
+                opts.append("--fix-crlf")
             opts += ["--backend", backend, *_slurm_opts(args)]
             doc = _json_or_fail(args.host, "add",
                                 await link.helper("queue", "add", *opts, "--", *argv))
             return _answer(args, doc)
+        if args.queue_cmd == "boot-hook":
+            doc = _json_or_fail(args.host, "boot-hook",
+                                await link.helper("queue", "install-reboot-hook"))
+            if args.json or not doc.get("ok"):
+                return _answer(args, doc)
+            print_line(f"{args.host}: @reboot entry "
+                       + ("installed" if doc.get("changed") else "already there") + ": "
+                       + str(doc.get("line") or ""))
+            return 0
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
             for flag in ("slots", "idle_exit", "kill_grace"):

@@ -22,6 +22,7 @@ from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
+from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from gpuroom.tui.transport.pull import Progress, PullResult
 
 MAX_CONCURRENT_POLLS = 16
+RUNNER_RETRY_S = 60.0
 BACKOFF_CAP_S = 60.0
 # The tail of a log the room starts showing (a poll stays bounded: the helper caps a chunk at
 # 64 KiB too), and how much more one scroll back to its top fetches.
@@ -109,14 +111,20 @@ class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
-                 recorder: Recorder | None = None) -> None:
+                 recorder: Recorder | None = None, restart_runners: bool = False) -> None:
         self.config = config
         self.clock = clock
         self.recorder = recorder
+        # The room and `record` start a queue's dead runner when a poll shows one (GEN6);
+        # the one-shot verbs (status, doctor, probe) only look.
+        self.restart_runners = restart_runners
+        self._runner_tries: dict[tuple[str, str], float] = {}
         self._hosts: dict[str, HostConfig] = {h.name: h for h in config.effective_hosts()}
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
-                              rented_at=h.rented_at, error=h.error)
+                              rented_at=h.rented_at, stall_after_s=h.stall_after_s,
+                              mtbf_s=h.mtbf_s,
+                              error=h.error)
             for h in self._hosts.values()
         }
         ssh_config = config.ssh_config_path()
@@ -223,9 +231,30 @@ class Fleet(PendingLedger):
                 assert view is not None
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
+        if self.restart_runners and state.state is LinkState.UP and state.view is not None:
+            await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    async def start_dead_runners(self, name: str, view: SnapshotView) -> list[str]:
+        """Start the runner of each queue whose runner is dead while jobs wait or run (GEN6:
+        a reboot, a killed tmux). The runner owns the queue's state and ``queue start`` is a
+        no-op while one holds the lock, so this is safe to repeat; it is tried at most once per
+        RUNNER_RETRY_S per queue. Returns the queues it asked to start."""
+        started = []
+        now = self.clock()
+        for queue in dead_runner_queues(view):
+            last = self._runner_tries.get((name, queue))
+            if last is not None and now - last < RUNNER_RETRY_S:
+                continue
+            self._runner_tries[(name, queue)] = now
+            try:
+                await self._queue_call(name, "start", "--queue", queue)
+            except LinkError:
+                continue  # the doctor keeps saying the runner is dead; the next try is later
+            started.append(queue)
+        return started
 
     async def poll_all(self) -> list[HostState]:
         return list(await asyncio.gather(*(self.poll_host(n) for n in self._states)))

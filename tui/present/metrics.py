@@ -23,7 +23,7 @@ from gpuroom.remote.queue_events import STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.gpus import BENIGN_THROTTLE, THROTTLE_SHORT
 from gpuroom.tui.rules.clock import ClockItem, billed_seconds
-from gpuroom.tui.rules.doctor import SEVERITY_RANK, Finding
+from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 

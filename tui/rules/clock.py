@@ -20,19 +20,13 @@ from typing import Any
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, FINAL_STATES
 from gpuroom.tui.present.format import fmt_duration, fmt_money
-from gpuroom.tui.rules.doctor import (
-    SEVERITY_RANK,
-    Finding,
-    Severity,
-    walltime_left,
-)
+from gpuroom.tui.rules.doctor import walltime_left
+from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.gate import Record, job_pull
+from gpuroom.tui.rules.stall import gpu_idle, stalls
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
-from gpuroom.tui.snapshot import Gpu, Job, Snapshot
+from gpuroom.tui.snapshot import Job, Snapshot
 
-# A GPU drawing at most this share of its power limit is doing no training (an idle H100 draws
-# ~70 of 700 W; the idle A10 of fixtures/throttle/a10-... 21.3 of 150 W).
-IDLE_POWER_FRAC = 0.2
 # Idle shorter than this is between jobs, not forgotten.
 IDLE_NOTE_S = 10 * 60.0
 IDLE_WARN_S = 30 * 60.0
@@ -61,19 +55,19 @@ class ClockItem:
         return asdict(self)
 
 
-def gpu_idle(gpu: Gpu) -> bool:
-    power, limit = gpu.power_w, gpu.power_limit_w
-    if power is not None and limit:
-        return power <= IDLE_POWER_FRAC * limit
-    util = gpu.util_gpu_pct
-    return util is not None and util <= 1.0
-
-
-def is_idle(snap: Snapshot) -> bool:
-    """Billing for nothing: no job running, and every GPU (if any) near idle power."""
-    if any(j.state in ACTIVE_STATES for j in snap.jobs):
+def is_idle(snap: Snapshot, prev: Snapshot | None = None,
+            stall_after_s: float | None = None) -> bool:
+    """Billing for nothing: no job running but stalled ones (stall.py), and every GPU (if
+    any) near idle power."""
+    stalled = {s.job.key for s in stalls(prev, snap, stall_after_s)}
+    if any(j.state in ACTIVE_STATES and j.key not in stalled for j in snap.jobs):
         return False
     return all(gpu_idle(g) for g in snap.gpus)
+
+
+def _stalled_for(snap: Snapshot, prev: Snapshot | None, stall_after_s: float | None) -> float:
+    """How long the longest stall has lasted (0 with none): the idle time it already cost."""
+    return max((s.seconds for s in stalls(prev, snap, stall_after_s)), default=0.0)
 
 
 class IdleTracker:
@@ -83,19 +77,31 @@ class IdleTracker:
     def __init__(self) -> None:
         self._since: dict[str, float | None] = {}
         self._boot: dict[str, str | None] = {}
+        self._prev: dict[str, Snapshot] = {}
+        self._stalled: dict[str, bool] = {}
 
-    def feed(self, host: str, snapshot: Snapshot | None, now: float) -> None:
+    def feed(self, host: str, snapshot: Snapshot | None, now: float,
+             stall_after_s: float | None = None) -> None:
         if snapshot is None:
             return
         boot = snapshot.host.boot_id
-        if not is_idle(snapshot):
+        prev = self._prev.get(host)
+        self._prev[host] = snapshot
+        self._stalled[host] = bool(stalls(prev, snapshot, stall_after_s))
+        if not is_idle(snapshot, prev, stall_after_s):
             self._since[host] = None
         elif self._since.get(host) is None:
-            self._since[host] = now
+            # A stalled job has been burning money since its last sign of life, not since
+            # this poll noticed it.
+            self._since[host] = now - _stalled_for(snapshot, prev, stall_after_s)
         elif boot is not None and self._boot.get(host) not in (None, boot):
             # A reboot between polls: the box was not idle before it, it was down; count anew.
             self._since[host] = now
         self._boot[host] = boot
+
+    def stalled(self, host: str) -> bool:
+        """Whether the last poll saw a stalled job (the idle clock then says so)."""
+        return self._stalled.get(host, False)
 
     def idle_since(self, host: str) -> float | None:
         return self._since.get(host)
@@ -214,7 +220,9 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
         out.append(ClockItem(host, "idle", sev,
                              f"idle {fmt_duration(idle)} while billing"
                              + (f": {cost} burnt" if cost else "")
-                             + " (no job running, GPU at idle power)", idle))
+                             + (" (a running job stalled, GPU at idle power)"
+                                if tracker is not None and tracker.stalled(host)
+                                else " (no job running, GPU at idle power)"), idle))
     jobs = snap.jobs
     slurm_host = profile is not None and profile.kind == "slurm"
     for job in jobs:

@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
-from typing import Literal
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
+from gpuroom.tui.rules.cadence import cadence_findings
+from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
+from gpuroom.tui.rules.money import (
+    Recall,
+    cpu_training_findings,
+    cpu_training_jobs,
+    dead_gpu_events,
+    dead_gpu_findings,
+    log_findings,
+    reboot_findings,
+)
+from gpuroom.tui.rules.stall import job_gpus, stall_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
-
-Severity = Literal["info", "warn", "critical"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
 
 # U21: "100% util" with the SM clock and the power both low is a GPU fed a trickle of kernels.
 UNDERFED_UTIL_PCT = 80.0
@@ -53,8 +60,6 @@ TMP_SUFFIXES = (".tmp", ".partial", ".part")
 # U44: a failed section's name and error are the box's words, bounded for a finding.
 SECTION_NAME_MAX = 40
 SECTION_ERROR_MAX = 300
-# Xid codes U22 calls a dead GPU: 48 double-bit ECC, 79 fallen off the bus.
-DEAD_GPU_XIDS = frozenset({48, 79})
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Slurm (SLURM1-SLURM5 in docs/GOTCHAS.md). The ends those gotchas explain, with the
 # gotcha whose fix applies: TIMEOUT is the walltime kill SLURM2 budgets for, OUT_OF_MEMORY is
@@ -71,19 +76,6 @@ SLURM_END_TITLES = {
 # SLURM2: once the wall is nearer than this many warning leads, a checkpoint older than one
 # lead is what the SIGKILL would roll the job back to.
 SLURM_LEAD_FACTOR = 2.0
-
-
-@dataclass(frozen=True)
-class Finding:
-    id: str
-    severity: Severity
-    host: str
-    title: str
-    seen: str
-    fix: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 FIX = {
@@ -213,21 +205,23 @@ def _old_attempt_in(new: Job | None, old: Job) -> Attempt | None:
     return new.attempt(_attempt_no(old)) if new is not None else None
 
 
-def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
-    """Explain each job that was running in ``prev`` and is not now, strongest evidence first."""
+def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
+                      recall: Recall | None = None) -> list[Finding]:
+    """Explain each job that was running in ``prev`` and is not now, strongest evidence first.
+    ``recall`` carries the kernel events of the last window, so an Xid logged one poll before
+    the job died still explains it."""
     out: list[Finding] = []
     old_boot = prev.host.boot_id if prev is not None else None
     new_boot = snap.host.boot_id
     rebooted = old_boot is not None and new_boot is not None and old_boot != new_boot
     old_jobs, new_jobs = _jobs(prev), _jobs(snap)
-    events = snap.kernel.events
+    events = recall.events if recall is not None else snap.kernel.events
     oom_before = prev.cgroup.oom_kill if prev is not None else None
     oom_now = snap.cgroup.oom_kill
     # The counter restarts at 0 with the box, so a rise only means something within one boot.
     cgroup_oom = (not rebooted and oom_before is not None and oom_now is not None
                   and oom_now > oom_before)
-    dead_gpu = [e for e in events
-                if e.kind == "gpu_lost" or (e.kind == "xid" and e.code in DEAD_GPU_XIDS)]
+    dead_gpu = dead_gpu_events(events)
     explained_reboot = False
     for key, old in old_jobs.items():
         if old.state not in ACTIVE_STATES:
@@ -531,14 +525,6 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
 
 # ------------------------------------------------------------------------------- jobs
 
-def _job_gpus(job: Job, snap: Snapshot) -> list[Gpu]:
-    attempt = _attempt(job)
-    wanted = attempt.gpus if attempt is not None else None
-    if wanted:
-        return [g for g in snap.gpus if g.index in wanted]
-    return list(snap.gpus)
-
-
 def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
     """U38, U43, U40, U10: what running and queued jobs show against the box."""
     out: list[Finding] = []
@@ -550,6 +536,8 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
         window = t_now - t_prev
     vcpus = snap.cgroup.cpu_quota_vcpus
     cpu_count = snap.host.cpu_count
+    # A job with no process on its GPUs is training on the CPU (U31, critical), not U38.
+    on_cpu = {j.key for j in cpu_training_jobs(prev, snap)}
     for key, job in _jobs(snap).items():
         state = job.state
         label = f"job {key} ({job.name or key})"
@@ -565,10 +553,10 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
             # A Slurm job runs on a compute node: the probed box's GPUs are not its GPUs;
             # its own are those its in-allocation probe saw (issue 23), if any.
             gpus = [g for n in (job.telemetry.nodes if job.telemetry else ()) for g in n.gpus] \
-                if job.is_slurm else _job_gpus(job, snap)
+                if job.is_slurm else job_gpus(job, snap)
             utils = [g.util_gpu_pct for g in gpus]
             if gpus and all(u is not None and u <= IDLE_UTIL_PCT for u in utils) \
-                    and (log_grew or ckpt_moved):
+                    and (log_grew or ckpt_moved) and job.key not in on_cpu:
                 out.append(_finding(
                     "U38", "info", host, f"{label} runs with the GPU at ~0 % util",
                     f"util {', '.join(f'{u:.0f}' for u in utils if u is not None)} %, "
@@ -772,9 +760,15 @@ def blind_findings(host: str, snap: Snapshot) -> list[Finding]:
 
 def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              profile: Profile | None, now: float, *, host: str, error: str | None = None,
-             last_ok: float | None = None) -> list[Finding]:
+             last_ok: float | None = None, recall: Recall | None = None,
+             price_per_hour: float | None = None,
+             stall_after_s: float | None = None,
+             mtbf_s: float | None = None) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
-    ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll.
+    ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
+    ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
+    stall threshold (hosts.toml) word the stall finding; ``mtbf_s`` (hosts.toml mtbf_hours)
+    overrides the profile's for the checkpoint cadence.
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
@@ -782,8 +776,15 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
         age = now - last_ok if last_ok is not None else None
         return link_findings(host, link if link is not LinkState.UP else LinkState.DOWN,
                              error, age)
-    out = vanished_findings(host, prev, snap)
+    out = vanished_findings(host, prev, snap, recall)
     out += gpu_findings(host, prev, snap)
+    out += stall_findings(host, prev, snap, after_s=stall_after_s, price_per_hour=price_per_hour)
+    out += cpu_training_findings(host, prev, snap, profile, price_per_hour)
+    if not any(f.id == "U22" for f in out):  # a job's death by it already says "dead GPU"
+        out += dead_gpu_findings(host, prev, snap, recall)
+    out += reboot_findings(host, snap, profile)
+    out += log_findings(host, snap)
+    out += cadence_findings(host, snap, profile, mtbf_s)
     out += job_findings(host, prev, snap)
     out += disk_findings(host, snap, profile)
     out += missing_mount_findings(host, snap, profile)
@@ -824,7 +825,9 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
     out: list[Finding] = []
     for s in states:
         out += diagnose(previous.get(s.name), s.view, s.state, profiles.get(s.name), now,
-                        host=s.name, error=s.error, last_ok=s.last_ok)
+                        host=s.name, error=s.error, last_ok=s.last_ok,
+                        price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
+                        mtbf_s=s.mtbf_s)
     return sort_findings(out)
 
 

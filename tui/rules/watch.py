@@ -19,11 +19,13 @@ from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert, AlertGate
 from gpuroom.tui.rules.clock import ClockItem, IdleTracker, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose, sort_findings, vanished_findings
 from gpuroom.tui.rules.gate import Record
-from gpuroom.tui.snapshot import Snapshot
+from gpuroom.tui.rules.money import KERNEL_WINDOW_S, Recall, log_findings
+from gpuroom.tui.snapshot import KernelEvent, Snapshot
 
 # A remembered transition is dropped after this long even if never cleared.
 STICKY_S = 24 * 3600.0
 MAX_STICKY_PER_HOST = 20
+MAX_EVENTS = 200
 
 
 @dataclass
@@ -33,6 +35,20 @@ class _HostMemory:
     seen_try: float | None = None  # last_try of the last poll outcome observed
     findings: list[Finding] = field(default_factory=list)
     sticky: dict[tuple[str, str], tuple[Finding, float]] = field(default_factory=dict)
+    # Kernel events of the last KERNEL_WINDOW_S (each poll ships only the lines since its
+    # cursor), and the most GPUs one poll of this boot showed (U22).
+    events: list[tuple[float, KernelEvent]] = field(default_factory=list)
+    gpus_seen: tuple[str | None, int] = (None, 0)
+
+    def remember(self, snap: Snapshot, now: float) -> Recall:
+        self.events = [(t, e) for t, e in self.events if now - t <= KERNEL_WINDOW_S]
+        self.events += [(now, e) for e in snap.kernel.events]
+        del self.events[:-MAX_EVENTS]
+        boot, most = self.gpus_seen
+        if boot != snap.host.boot_id:
+            most = 0  # a new boot: the GPU count starts again
+        self.gpus_seen = (snap.host.boot_id, max(most, len(snap.gpus)))
+        return Recall(tuple(e for _t, e in self.events), most or None)
 
 
 def cached_profile(name: str, cache: dict[str, Profile | None]) -> Profile | None:
@@ -68,12 +84,18 @@ class FleetWatch:
         up = h.state is LinkState.UP and snap is not None
         if up:
             mem.prev, mem.current = mem.current, snap
+        recall = mem.remember(snap, now) if up and snap is not None else None
         mem.findings = diagnose(mem.prev if up else mem.current, snap if up else None,
                                 h.state, profile, now, host=h.name, error=h.error,
-                                last_ok=h.last_ok)
+                                last_ok=h.last_ok, recall=recall,
+                                price_per_hour=h.price_per_hour,
+                                stall_after_s=h.stall_after_s, mtbf_s=h.mtbf_s)
         if up and snap is not None:
-            self.tracker.feed(h.name, snap, h.last_ok if h.last_ok is not None else now)
-            for f in vanished_findings(h.name, mem.prev, snap):
+            self.tracker.feed(h.name, snap, h.last_ok if h.last_ok is not None else now,
+                              h.stall_after_s)
+            # The log bytes are shipped once: what they said stays until cleared.
+            for f in [*vanished_findings(h.name, mem.prev, snap, recall),
+                      *log_findings(h.name, snap)]:
                 mem.sticky[(f.id, f.title)] = (f, now)
         for key, (_f, at) in list(mem.sticky.items()):
             if now - at > STICKY_S:

@@ -624,3 +624,23 @@ def test_module_parses_as_python_38_and_imports_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=30)
     assert float(out.stdout) == pytest.approx(math.sqrt(4))
+
+
+def test_the_save_time_is_recorded_beside_the_checkpoint_for_the_probe(tmp_path: Path) -> None:
+    # Issue 19 item 7: C of Young/Daly, measured by the Checkpointer, reported by the probe.
+    from gpuroom.remote.queue import newest_checkpoint
+
+    model, opt, _ = _tiny()
+    ck = Checkpointer(tmp_path, keep=2)
+    final = ck.save(3, model=model, optimizer=opt)
+    ck.wait()
+    record = json.loads((tmp_path / ckmod.SAVE_RECORD).read_text())
+    assert record["step"] == 3 and record["path"] == final.name and record["save_s"] > 0
+    newest = newest_checkpoint(str(tmp_path))
+    assert newest is not None and newest["path"] == str(final)  # the record is not "newest"
+    assert newest["save_s"] == record["save_s"]
+    plain = tmp_path / "other"
+    plain.mkdir()
+    (plain / "w.pt").write_bytes(b"x")  # a job that saves without the Checkpointer
+    other = newest_checkpoint(str(plain))
+    assert other is not None and other["save_s"] is None

@@ -150,6 +150,10 @@ ELSEWHERE = {
     "queue.queues{}.runner.error",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
+    # issue 19: a local job's log mtime and CPU seconds, the local runner's boot and hook
+    "queue.queues{}.jobs[].log_chunk.mtime", "queue.queues{}.jobs[].cpu_s",
+    "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",
+    "queue.queues{}.jobs[].checkpoint.save_s",
 }
 
 

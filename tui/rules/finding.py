@@ -1,0 +1,35 @@
+"""A finding: one thing the doctor says is wrong, with its gotcha id, what was seen and the fix.
+
+Its own module so that rule modules (stall.py, money.py) and the doctor that gathers them can
+all build findings without importing one another in a circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job
+
+Severity = Literal["info", "warn", "critical"]
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Severity
+    host: str
+    title: str
+    seen: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def job_label(job: Job) -> str:
+    """``job ID (NAME)`` in a finding's title. The id and the name are the box's words (a
+    forged event can carry escapes): made inert here, as the lines a finding quotes are."""
+    return sanitize_line(f"job {job.id} ({job.name or job.id})")
