@@ -61,6 +61,9 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "queue": _lazy("queue"),
     "du": _lazy("diskuse"),
     "manifest": _lazy("manifest"),
+    "secret": _lazy("secrets"),
+    "rundirs": _lazy("rundirs"),
+    "preempt": _lazy("preempt"),
 }
 
 

@@ -5,12 +5,14 @@ Subcommands (every one takes ``--root DIR`` (default $GPUROOM_HOME or ~/.gpuroom
 when a file cannot be written (``ok`` false, ``error`` and ``fix``); ``add`` answers ok only
 when the job is recorded and a live runner will see it, see ``add_job``):
 
-  add [--name N] [--cwd DIR] [--env K=V]... [--gpus K] [--retries N] [--vram-mib M]
+  add [--name N] [--cwd DIR] [--env K=V]... [--env-stdin] [--secret NAME[=VAR]]...
+      [--gpus K] [--retries N] [--vram-mib M]
       [--retry-on-exit] [--after JOB[,JOB]] [--priority N]
       [--output GLOB]... [--durable-dir DIR] [--front] [--no-start]
       [--backend local|slurm] [--time T] [--signal-lead S] [--cpus-per-task N]
       [--partition P] -- ARGV...
   config [--slots N] [--durable-dir DIR] [--idle-exit S] [--kill-grace S]
+      [--spot aws|gcp|azure] [--metadata-url URL]
       [--backend local|slurm] [--slurm-conf PATH] [--partition P] [--time T]
       [--signal-lead S] [--cpus-per-task N]
   start                       detach a runner (tmux session gpuroom-<queue>, else setsid)
@@ -20,7 +22,7 @@ when the job is recorded and a live runner will see it, see ``add_job``):
   relaunch ID | remove ID | move ID POSITION   (answered by the runner; bounded wait)
   pause | resume              start no new job / start them again (running ones go on)
   show ID                     one job as ``ls`` has it, with its newest checkpoint
-  edit ID [--name N] [--gpus K] [--env K=V]... [--unset-env K]... [-- ARGV...]
+  edit ID [--name N] [--gpus K] [--env K=V]... [--env-stdin] [--unset-env K]... [-- ARGV...]
                               a changed copy as a new job (the old one is kept)
   logs ID [--offset N] [--max-bytes M]         raw log bytes on stdout
   logs ID --lines N | --end E [--max-bytes M] | --json   one log chunk as JSON (the probe's)
@@ -50,7 +52,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import addcheck, queue_slurm, slurm_telemetry
+from . import addcheck, drift, preempt, queue_slurm, secrets, slurm_telemetry, survive
 from .checkpoint import SAVE_RECORD
 from .procstat import group_cpu_seconds
 from .queue_events import (
@@ -62,6 +64,7 @@ from .queue_events import (
     EventWriter,
     WriteFailed,
     check_queue_name,
+    ckpt_dir_of,
     fold,
     list_queues,
     queue_dir,
@@ -228,6 +231,10 @@ def start_runner(root: str, queue: str, idle_exit: Optional[float] = None) -> Di
 def job_view(job: Dict[str, Any], qdir: str) -> Dict[str, Any]:
     view = dict(job)
     view["log"] = os.path.join(qdir, job["log"])
+    view["env"] = secrets.redact_env(job.get("env"))  # U34: no value in a snapshot or ls
+    if job.get("state") in ACTIVE_STATES and job.get("attempts"):
+        # A script replaced under a running job (U2): stat only, no hashing at every poll.
+        view["code_changed"] = drift.changed(job["attempts"][-1].get("code"))
     return view
 
 
@@ -255,6 +262,7 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         "queue": queue,
         "dir": qdir,
         "config": state["config"],
+        "preempt": state["preempt"],  # the runner's record of a spot notice (remote/preempt.py)
         "runner": runner,
         "jobs": views,
         "order": state["order"],
@@ -444,6 +452,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------- subcommands
+ENV_STDIN_MAX = 1 << 20  # a job's whole environment, as JSON
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=None, help="default: $GPUROOM_HOME or ~/.gpuroom")
@@ -462,6 +472,33 @@ def _parse_env(items: List[str]) -> Dict[str, str]:
             raise SystemExit(f"gpuroom queue: --env wants KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         env[key] = value
+    return env
+
+
+def env_from_stdin(stream: Any) -> Dict[str, str]:
+    """``--env-stdin``: the job's environment as one JSON object of strings on stdin.
+
+    U34: an ``--env`` value on the helper's command line is in every ``ps`` of the box, so
+    the jump host sends the values here; the event file keeps them (0600 under ~/.gpuroom)
+    and every view redacts them."""
+    raw = stream.read(ENV_STDIN_MAX + 1)
+    if len(raw) > ENV_STDIN_MAX:
+        raise SystemExit(f"gpuroom queue: --env-stdin over {ENV_STDIN_MAX} bytes")
+    try:
+        env = json.loads(raw.decode("utf-8")) if raw.strip() else {}
+    except ValueError:
+        raise SystemExit("gpuroom queue: --env-stdin wants one JSON object on stdin") from None
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+            for k, v in env.items()):
+        raise SystemExit("gpuroom queue: --env-stdin wants a JSON object of KEY: string")
+    return env
+
+
+def _job_env(args: argparse.Namespace) -> Dict[str, str]:
+    env = _parse_env(args.env)
+    if args.env_stdin:
+        env.update(env_from_stdin(sys.stdin.buffer))
     return env
 
 
@@ -498,6 +535,10 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--cwd", default=None, help="default: the current directory")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read more env as a JSON object on stdin (off the command line)")
+    parser.add_argument("--secret", action="append", default=[], metavar="NAME[=ENVVAR]",
+                        help="export a pushed secret (gpuroom-remote secret push) at launch")
     parser.add_argument("--gpus", type=int, default=None,
                         help="GPUs for the job (default 1 on a GPU box; 0 hides all GPUs)")
     parser.add_argument("--retries", type=int, default=0)
@@ -511,6 +552,12 @@ def _cmd_add(argv: List[str]) -> int:
                         help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
     parser.add_argument("--durable-dir", default=None)
+    parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
+                        help="the box is a spot box of this cloud (hosts.toml spot): the "
+                             "runner watches for its preemption notice")
+    parser.add_argument("--survives", action="append", default=[], metavar="PATH",
+                        help="a mount that survives a stop (the profile's): warn when the "
+                             "checkpoints go elsewhere")
     parser.add_argument("--front", action="store_true")
     parser.add_argument("--no-start", action="store_true", help="do not start a runner")
     parser.add_argument("--idle-exit", type=float, default=None,
@@ -530,8 +577,18 @@ def _cmd_add(argv: List[str]) -> int:
     if refused is not None:
         _emit({"ok": False, "recorded": False, "queue": queue, **refused})
         return 2
-    if args.backend == queue_slurm.BACKEND or (
-            args.backend is None and queue_slurm.is_default(root, queue)):
+    env = _job_env(args)
+    slurm = args.backend == queue_slurm.BACKEND or (
+        args.backend is None and queue_slurm.is_default(root, queue))
+    try:
+        if slurm and args.secret:
+            raise secrets.SecretError("--secret is for the local queue: a Slurm job runs on a "
+                                      "compute node that cannot read the login node's disk")
+        job_secrets = secrets.job_secrets(args.secret, args.root)
+    except secrets.SecretError as exc:
+        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc)})
+        return 1
+    if slurm:
         if args.after or args.priority:
             # Slurm orders and chains its own jobs; a box-queue field it would ignore is
             # refused rather than dropped without a word.
@@ -541,7 +598,7 @@ def _cmd_add(argv: List[str]) -> int:
                    "fix": "leave them out on a Slurm host (Slurm orders its queue itself)"})
             return 1
         try:
-            doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=_parse_env(args.env),
+            doc = queue_slurm.add(root, queue, argv=cmd, cwd=cwd, env=env,
                                   name=args.name, gpus=args.gpus, durable_dir=args.durable_dir,
                                   time_limit=args.time, signal_lead_s=args.signal_lead,
                                   cpus_per_task=args.cpus_per_task, partition=args.partition,
@@ -556,11 +613,20 @@ def _cmd_add(argv: List[str]) -> int:
         _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
                "fix": "gpuroom queue ls HOST lists the jobs"})
         return 1
-    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=_parse_env(args.env), gpus=args.gpus,
+    fields = dict(name=args.name, argv=cmd, cwd=cwd, env=env, gpus=args.gpus,
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
                   durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
-                  after=after, priority=args.priority)
+                  after=after, priority=args.priority, secrets=job_secrets)
+    if args.spot and fold(read_events(queue_dir(root, queue))[0], queue)["config"].get(
+            "spot_cloud") != args.spot:
+        _append_request(root, queue, "configured", spot_cloud=args.spot)
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
+    if doc.get("recorded"):
+        config = fold(read_events(queue_dir(root, queue))[0], queue)["config"]
+        warning = survive.ckpt_warning(
+            ckpt_dir_of(root, queue, str(doc["job"]), args.durable_dir, config), args.survives)
+        if warning:
+            doc["warning"] = warning
     _emit(doc)
     return 0 if doc["ok"] else 1
 
@@ -668,6 +734,10 @@ def _cmd_config(argv: List[str]) -> int:
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--idle-exit", type=float, default=None)
     parser.add_argument("--kill-grace", type=float, default=None)
+    parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
+                        help="a spot box of this cloud: the runner watches for its notice")
+    parser.add_argument("--metadata-url", default=None,
+                        help="the cloud's metadata endpoint (default: the cloud's own)")
     _slurm_options(parser)
     parser.add_argument("--slurm-conf", default=None,
                         help="SLURM_CONF for every Slurm command of this queue")
@@ -680,7 +750,8 @@ def _cmd_config(argv: List[str]) -> int:
         queue_slurm.configure(root, queue, **slurm)
     ev = _append_request(root, queue, "configured", slots=args.slots,
                          durable_dir=args.durable_dir, idle_exit_s=args.idle_exit,
-                         kill_grace_s=args.kill_grace)
+                         kill_grace_s=args.kill_grace, spot_cloud=args.spot,
+                         metadata_url=args.metadata_url)
     _emit({"ok": True, "queue": queue, "seq": ev["seq"]})
     return 0
 
@@ -853,6 +924,8 @@ def _cmd_edit(argv: List[str]) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--gpus", type=int, default=None)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read more env as a JSON object on stdin (off the command line)")
     parser.add_argument("--unset-env", action="append", default=[], metavar="KEY")
     parser.add_argument("--no-start", action="store_true")
     args = parser.parse_args(argv[:cut])
@@ -866,9 +939,10 @@ def _cmd_edit(argv: List[str]) -> int:
                "fix": "gpuroom queue ls HOST lists the jobs"})
         return 1
     env = {k: v for k, v in old["env"].items() if k not in args.unset_env}
-    env.update(_parse_env(args.env))
+    env.update(_job_env(args))
     fields = {k: old[k] for k in ("argv", "cwd", "gpus", "vram_mib", "retries", "retry_on_exit",
-                                  "outputs", "durable_dir", "after", "priority")}
+                                  "outputs", "durable_dir", "after", "priority",
+                                  "secrets")}
     fields.update(name=args.name or (old["name"] if old["name"] != old["id"] else None),
                   env=env, edited_from=old["id"])
     if cmd:

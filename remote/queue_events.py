@@ -10,7 +10,8 @@ Who writes what (pueue's rule: one owner of job state):
   ``relaunch_requested``, ``remove_requested``, ``reorder_requested``;
 - only the runner appends JOB-STATE events: ``launching``, ``started``, ``exited``, ``killed``,
   ``requeued``, ``orphaned_by_reboot``, ``vanished``, ``removed``, ``reordered``,
-  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``.
+  ``rejected``, ``unschedulable``, ``dependency_failed``, ``synced``, ``sync_failed``,
+  and ``preempt_notice`` (a spot box's cloud said it takes the box: remote/preempt.py).
   Pausing is a setting (``configured`` with ``paused``): the runner reads it and starts
   nothing new while it is true. An event that answers a
   request carries ``req`` = the request's seq; a request no event answers is pending.
@@ -60,11 +61,19 @@ LIVE_STATES = ("queued", *ACTIVE_STATES)  # not final: waiting or active
 FAILED_STATES = ("failed",)  # ended badly without being asked to
 # slots 0 = automatic: one job per GPU on a GPU box, one at a time on a CPU box.
 DEFAULT_CONFIG: Dict[str, Any] = {"slots": 0, "durable_dir": None, "idle_exit_s": 60.0,
-                                  "kill_grace_s": 30.0, "paused": False}
+                                  "kill_grace_s": 30.0, "paused": False, "spot_cloud": None,
+                                  "metadata_url": None}
 CONFIG_TYPES: Dict[str, Tuple[Any, str]] = {
     "slots": (int, "an integer"), "durable_dir": (str, "a string"),
     "idle_exit_s": ((int, float), "a number"), "kill_grace_s": ((int, float), "a number"),
-    "paused": (bool, "true or false")}
+    "paused": (bool, "true or false"),
+    # A spot box's cloud (aws | gcp | azure) and its metadata endpoint (remote/preempt.py).
+    "spot_cloud": (str, "a string"), "metadata_url": (str, "a string")}
+# A cloud's preemption notice as the runner recorded it (remote/preempt.py).
+PREEMPT_FIELDS: Dict[str, Tuple[Any, str]] = {
+    "cloud": (str, "a string"), "action": (str, "a string"), "at": ((int, float), "a number"),
+    "t": ((int, float), "a number"), "boot_id": (str, "a string"),
+    "signalled": (int, "an integer")}
 # What a queued job of a paused queue says it waits for (``queue ls``, the room).
 PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
 # The states of a dependency (``add --after``) that fail the jobs waiting for it.
@@ -364,6 +373,24 @@ def _string_map(ev: Event, key: str) -> Dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+def ckpt_dir_of(root: str, queue: str, job_id: str, durable_dir: Optional[str],
+                config: Dict[str, Any]) -> str:
+    """Where a job's checkpoints go: under its --durable-dir, else the queue's, else the root
+    (the runner launches with it; queue add warns when it will not survive a stop: U46)."""
+    base = durable_dir or config.get("durable_dir") or root
+    return os.path.join(base, "ckpt", queue, job_id)
+
+
+def _secret_refs(ev: Event) -> List[Dict[str, str]]:
+    """``secrets``: a list of {name, env, path} strings, each a pushed secret's file."""
+    value = ev.get("secrets") or []
+    if not isinstance(value, list) or not all(
+            isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("name", "env", "path"))
+            for v in value):
+        raise ValueError("secrets must be a list of {name, env, path} strings")
+    return [{k: v[k] for k in ("name", "env", "path")} for v in value]
+
+
 def exit_fields(ev: Event) -> Dict[str, Any]:
     """``exit_code`` (an int or absent) and ``signal`` (a short name, SIGKILL) of an end event;
     anything else raises ValueError (issue 18: they carried OSC 52 to the user's terminal)."""
@@ -399,6 +426,7 @@ def _new_job(ev: Event) -> Dict[str, Any]:
         "argv": argv,
         "cwd": _field(ev, "cwd", str, "a string"),
         "env": _string_map(ev, "env"),
+        "secrets": _secret_refs(ev),  # names and paths, never values (U34)
         "gpus": _field(ev, "gpus", int, "an integer"),
         "vram_mib": _field(ev, "vram_mib", (int, float), "a number"),
         "retries": int(_field(ev, "retries", int, "an integer") or 0),
@@ -448,6 +476,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
     jobs: Dict[str, Dict[str, Any]] = {}
     order: List[str] = []
     config = dict(DEFAULT_CONFIG)
+    preempt_notice: Optional[Dict[str, Any]] = None
     answered = set()
     requests: Dict[int, Event] = {}
     last_seq = 0
@@ -507,6 +536,10 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 _field(ev, "position", int, "an integer")
                 requests[seq] = ev
                 continue
+            if kind == "preempt_notice":
+                preempt_notice = {k: _field(ev, k, kinds, what) for k, (kinds, what) in
+                                  PREEMPT_FIELDS.items()}
+                continue
             found = jobs.get(str(ev.get("job")))
             if found is None:
                 continue
@@ -522,6 +555,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                     "start": None, "end": None, "exit_code": None, "signal": None,
                     "duration": None, "end_reason": None, "pid": None, "pgid": None,
                     "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
+                    "code": _field(ev, "code", dict, "an object"),  # remote/drift.py
                 })
             elif kind == "started":
                 a = _attempt(job, ev.get("attempt"))
@@ -595,6 +629,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
     return {
         "queue": queue,
         "config": config,
+        "preempt": preempt_notice,
         "jobs": jobs,
         "order": list(order),
         "pending_requests": copy.deepcopy(pending),

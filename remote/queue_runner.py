@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import hostinfo, selfhash, vram
+from . import drift, hostinfo, preempt, secrets, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -45,6 +45,7 @@ from .queue_events import (
     EventWriter,
     State,
     WriteFailed,
+    ckpt_dir_of,
     current_attempt,
     fold,
     iter_active,
@@ -472,6 +473,8 @@ class Runner:
         self.failure_is_disk = False
         self.last_status = 0.0
         self.started_at = time.time()
+        self.preempt_checked = 0.0
+        self.preempt_error: Optional[str] = None
 
     # ----- plumbing
     def log(self, msg: str) -> None:
@@ -755,6 +758,31 @@ class Runner:
             return
         self.record_exit(job_id, act.attempt, status, act.start)
 
+    # ----- spot notices (U45)
+    def check_preemption(self) -> None:
+        """On a spot box with running jobs, ask the cloud at most every EVERY_S; a notice is
+        recorded once per boot and each job's group gets SIGUSR1 (its Checkpointer saves)."""
+        cloud = self.config("spot_cloud")
+        now = time.time()
+        if not cloud or not self.active or now - self.preempt_checked < preempt.EVERY_S:
+            return
+        self.preempt_checked = now
+        seen = self.state.get("preempt")
+        if seen and seen.get("boot_id") == self.boot_id:
+            return  # told and signalled already; the box goes down in seconds
+        got = preempt.check(cloud, self.config("metadata_url"))
+        if got["error"] != self.preempt_error:
+            self.preempt_error = got["error"]
+            self.log(f"preemption check: {got['error'] or 'answers again'}")
+        if not got["notice"]:
+            return
+        for active in self.active.values():
+            active.signal_group(signal.SIGUSR1)
+        self.emit("preempt_notice", cloud=cloud, action=got["action"], at=got["at"], t=now,
+                  boot_id=self.boot_id, signalled=len(self.active))
+        self.log(f"{cloud} preemption notice ({got['action']}, {got['seconds_left']} s left): "
+                 f"SIGUSR1 to {len(self.active)} job(s)")
+
     # ----- syncs
     def handle_syncs(self) -> None:
         while True:
@@ -889,11 +917,13 @@ class Runner:
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
         n = len(job["attempts"]) + 1
-        dest_base = job.get("durable_dir") or self.config("durable_dir") or self.root
-        ckpt_dir = os.path.join(dest_base, "ckpt", self.queue, job_id)
+        ckpt_dir = ckpt_dir_of(self.root, self.queue, job_id, job.get("durable_dir"),
+                               self.state["config"])
         slot = len(self.active)
+        # What code it runs (U42): hashed now, compared by the probe while it runs (U2).
+        code = drift.code_facts(job["argv"], job.get("cwd") or os.path.expanduser("~"))
         self.emit("launching", job=job_id, attempt=n, boot_id=self.boot_id, slot=slot,
-                  gpus=gpus, ckpt_dir=ckpt_dir)
+                  gpus=gpus, ckpt_dir=ckpt_dir, code=code)
         self.crash_point("after_launching")
         files = AttemptFiles(self.qdir, job_id, n)
         log_path = os.path.join(self.qdir, "logs", f"{job_id}.log")
@@ -903,11 +933,14 @@ class Runner:
             self.log(f"cannot create {ckpt_dir}: {exc}")
         env = build_job_env(dict(os.environ), job, cuda=cuda, ckpt_dir=ckpt_dir,
                             pythonpath=import_path(self.root), threads=cpu_thread_cap())
+        from_secrets, missing = secrets.secret_env(job)  # read now: never in an event (U34)
+        env.update(from_secrets)
         argv = [*self_argv(), "queue", "_exec", "--files", files.lock[:-len(".lock")],
                 "--cwd", job.get("cwd") or os.path.expanduser("~"), "--", *job["argv"]]
         with open(log_path, "ab") as logf:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             marker = f"=== gpuroom {job_id} attempt {n} {stamp} cuda={cuda} ===\n"
+            marker += "".join(f"gpuroom: {line}\n" for line in missing)
             logf.write(marker.encode())
             logf.flush()
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
@@ -955,6 +988,7 @@ class Runner:
         self.refresh()
         self.handle_requests()
         self.check_active()
+        self.check_preemption()
         self.handle_syncs()
         self.launch_ready()
         self.write_status(force=self.failure is not None)

@@ -24,6 +24,7 @@ import platformdirs
 import tomlkit
 import tomlkit.exceptions
 
+from gpuroom.remote.preempt import CLOUDS
 from gpuroom.tui.errors import GpuroomError, with_fix
 
 if sys.version_info >= (3, 11):
@@ -80,6 +81,7 @@ class HostConfig:
     python: str = "python3"  # the box's interpreter for the helper (>= 3.8)
     # When billing started, if not at the box's boot (a stopped-then-started box, a reused one).
     rented_at: float | None = None
+    spot: str | None = None  # a spot box of this cloud (aws | gcp | azure): notices (U45)
     # A running job with no sign of life this long on idle GPUs is stalled (issue 19 item 1).
     stall_after_min: float | None = None
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
@@ -111,6 +113,8 @@ class HostConfig:
             out["pull_to"] = self.pull_to
         if self.teardown_command:
             out["teardown_command"] = list(self.teardown_command)
+        if self.spot:
+            out["spot"] = self.spot
         if self.python != "python3":
             out["python"] = self.python
         if self.rented_at is not None:
@@ -166,7 +170,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
-              "mtbf_hours"}
+              "mtbf_hours", "spot"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -253,6 +257,12 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.mtbf_hours = float(mtbf)
         else:
             problems.append("mtbf_hours must be a number of hours > 0, e.g. mtbf_hours = 3")
+    spot = raw.get("spot")
+    if spot is not None:
+        if spot in CLOUDS:
+            host.spot = spot
+        else:
+            problems.append(f"spot must name the cloud: one of {', '.join(CLOUDS)}")
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host

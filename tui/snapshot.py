@@ -157,8 +157,10 @@ def reason_names(value: Any) -> tuple[str, ...]:
 # poll of a box (the queue's job keys once a job has run), "failure" only on a failure path
 # (a missing mount, a collector that raised), "slurm" on jobs of a Slurm queue
 # (tests/data/slurm/session.jsonl), "kernel" on kernel events (the dmesg captures), "vram" on
-# a process holding /dev/nvidia* (remote/vram.py's scan).
-Origin = Literal["probe", "failure", "slurm", "kernel", "vram"]
+# a process holding /dev/nvidia* (remote/vram.py's scan), "preempt" on a spot queue's
+# preemption notice (tests/system/test_preempt_ssh.py), "code" on an attempt launched with
+# script files in a git work tree (tests/system/test_drift_ssh.py).
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt", "code"]
 Shape = Literal["leaf", "one", "maybe", "many", "named"]
 
 
@@ -501,6 +503,30 @@ class SlurmRun(View):
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptFact(View):
+    """A script argument of a job as it was at launch (remote/drift.py code_facts)."""
+
+    path: str | None = key(text)
+    sha256: str | None = key(text)
+    size: int | None = key(integer)
+    mtime: float | None = key(number)
+
+
+@dataclass(frozen=True, slots=True)
+class GitFact(View):
+    """The job's cwd's git HEAD at launch, and whether tracked files differed from it."""
+
+    head: str | None = key(text)
+    dirty: bool = key(flag)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeFacts(View):
+    scripts: tuple[ScriptFact, ...] = nested(ScriptFact, "many")
+    git: GitFact | None = nested(GitFact, "maybe")
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt(View):
     """One launch of a job (remote/queue_events.py fold; queue_slurm.py for Slurm)."""
 
@@ -514,6 +540,7 @@ class Attempt(View):
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
+    code: CodeFacts | None = nested(CodeFacts, "maybe", origin="code")  # what it launched
     submitted: float | None = key(number, origin="slurm")  # Slurm: when sbatch accepted it
     runs: tuple[SlurmRun, ...] = nested(SlurmRun, "many", origin="slurm")
 
@@ -618,6 +645,9 @@ class Job(View):
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
+    outputs: tuple[str, ...] = key(texts)  # the --output globs copied to the durable dir
+    # a running job's script arguments that changed since launch (U2)
+    code_changed: tuple[str, ...] = key(texts)
     gpus: int | None = key(integer)
     vram_mib: float | None = key(number)
     attempts: tuple[Attempt, ...] = nested(Attempt, "many")
@@ -692,12 +722,25 @@ class QueueRunner(View):
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptNotice(View):
+    """A spot box's preemption notice as the runner recorded it (remote/preempt.py)."""
+
+    cloud: str | None = key(text)  # aws | gcp | azure
+    action: str | None = key(text)  # terminate, stop, hibernate, preempt
+    at: float | None = key(number)  # when the cloud takes the box (epoch seconds)
+    t: float | None = key(number)  # when the runner saw the notice (the box's clock)
+    boot_id: str | None = key(text)  # the boot it was seen in
+    signalled: int | None = key(integer)  # running jobs sent SIGUSR1
+
+
+@dataclass(frozen=True, slots=True)
 class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
     backend: str | None = key(text)
     runner: QueueRunner | None = nested(QueueRunner, "maybe")
+    preempt: PreemptNotice | None = nested(PreemptNotice, "maybe", origin="preempt")
     jobs: tuple[Job, ...] = nested(Job, "many")
     # Lines of the events file the queue could not read or apply (remote/queue_events.py).
     warnings: tuple[str, ...] = key(texts)
@@ -718,6 +761,38 @@ class Queue(View):
     """Every queue on the box (remote/queue.py collect)."""
 
     queues: tuple[QueueView, ...] = nested(QueueView, "named")
+
+
+@dataclass(frozen=True, slots=True)
+class RunDir(View):
+    """A TensorBoard or wandb run dir under a job's cwd (remote/rundirs.py scan)."""
+
+    path: str = key(lambda v: text(v) or "")  # relative to the cwd
+    kind: str | None = key(text)  # tensorboard | wandb | wandb-offline
+    newest: float | None = key(number)  # the newest file's mtime (box clock)
+
+
+@dataclass(frozen=True, slots=True)
+class RunDirScan(View):
+    """One cwd's answer of ``gpuroom-remote rundirs``: run dirs written since ``since``."""
+
+    cwd: str | None = key(text)
+    since: float | None = key(number)
+    truncated: bool = key(flag)  # the bounded walk stopped early
+    missing: bool = key(flag)  # the cwd is gone
+    dirs: tuple[RunDir, ...] = nested(RunDir, "many")
+
+
+@dataclass(frozen=True, slots=True)
+class RunDirs(View):
+    ok: bool = key(flag)
+    scans: tuple[RunDirScan, ...] = nested(RunDirScan, "many")
+    cut: bool = key(flag)  # more cwds were asked than one call answers
+
+
+def read_rundirs(raw: Any) -> RunDirs:
+    """``gpuroom-remote rundirs --json``: the run dirs of each job's cwd."""
+    return RunDirs.read(raw)
 
 
 def read_log_doc(raw: Any) -> LogChunk:

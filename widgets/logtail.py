@@ -6,11 +6,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
+from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widgets import Log
 
 from gpuroom.tui.present.format import fmt_bytes
@@ -18,11 +21,17 @@ from gpuroom.tui.present.log import (
     LineSplitter,
     LogChunk,
     LogCursor,
+    Match,
     advance_log,
+    find_matches,
+    match_label,
     prepend_log,
+    step_match,
 )
 
 MAX_LINES = 10_000  # ring of lines kept; older ones drop off the top
+MATCH_STYLE = Style(color="black", bgcolor="yellow")
+CURRENT_STYLE = Style(color="black", bgcolor="dark_orange", bold=True)
 
 
 class LogTail(Log):
@@ -32,6 +41,10 @@ class LogTail(Log):
     With ``follow`` on, the last line is always in view; scrolling up pauses it (the title
     says so) and ``f`` or End resumes it. The line the job is still writing (a progress bar
     redrawn with ``\\r``) is shown as it looks now and replaced in place as it changes.
+
+    ``search`` highlights every match in the lines shown; ``n`` / ``N`` go to the next /
+    previous one (pausing follow) and the title says "match 3/17". The search box itself is
+    the app's: ``/`` here asks for it (SearchWanted).
     """
 
     DEFAULT_CSS = """
@@ -44,7 +57,17 @@ class LogTail(Log):
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("home", "scroll_home", "Top", show=False),
         Binding("end", "follow", "Follow", show=False),
+        Binding("slash", "search", "Search", show=False),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+        Binding("escape", "clear_search", "Clear search", show=False),
     ]
+
+    @dataclass
+    class SearchWanted(Message):
+        """``/`` in the pane: open the search box, holding the current search."""
+
+        search: str
 
     @dataclass
     class OlderWanted(Message):
@@ -56,6 +79,9 @@ class LogTail(Log):
     follow: reactive[bool] = reactive(True)
     """Keep the last line in view (f toggles; scrolling up pauses, End resumes)."""
 
+    search: reactive[str] = reactive("")
+    """The text searched for in the lines shown ("" none); matches are highlighted."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(max_lines=MAX_LINES, auto_scroll=True, id=id)
         self.cursor: LogCursor | None = None
@@ -64,6 +90,9 @@ class LogTail(Log):
         self._marker = False  # the first line says older bytes exist
         self._older_asked: int | None = None
         self.source = ""
+        self.matches: list[Match] = []
+        self.current: int | None = None  # index in matches of the one n / N went to
+        self._hits: dict[int, list[tuple[int, int, bool]]] = {}  # line -> (start, end, current)
 
     # ------------------------------------------------------------------ follow
 
@@ -101,8 +130,77 @@ class LogTail(Log):
 
     def _title(self) -> None:
         mode = "follow" if self.follow else "paused: f or End follows"
-        # Text, not markup: the job id comes from the box.
-        self.border_title = Text(f"log {self.source} ({mode})" if self.source else f"log ({mode})")
+        title = f"log {self.source} ({mode})" if self.source else f"log ({mode})"
+        if self.search:
+            title += "  " + match_label(self.search, self.current, len(self.matches))
+        # Text, not markup: the job id and the search come from the box and the user.
+        self.border_title = Text(title)
+
+    # ------------------------------------------------------------------ search
+
+    def action_search(self) -> None:
+        self.post_message(self.SearchWanted(self.search))
+
+    def action_clear_search(self) -> None:
+        if not self.search:
+            raise SkipAction()  # esc goes on to the app (it clears the host filter)
+        self.search = ""
+
+    def watch_search(self) -> None:
+        self.current = None
+        self._find()
+
+    def _find(self, at: tuple[int, int] | None = None) -> None:
+        """Match the lines again (they changed, or the search did); ``at``: the current
+        match's (line, start) after the change, kept current when it is still there."""
+        self.matches = find_matches(self._lines, self.search)
+        self.current = next((i for i, m in enumerate(self.matches)
+                             if (m.line, m.start) == at), None) if at is not None else None
+        self._index_hits()
+
+    def _index_hits(self) -> None:
+        self._hits = {}
+        for i, m in enumerate(self.matches):
+            self._hits.setdefault(m.line, []).append((m.start, m.end, i == self.current))
+        self._render_line_cache.clear()
+        self.refresh()
+        self._title()
+
+    def action_next_match(self, step: int) -> None:
+        if not self.search:
+            return
+        top = round(self.scroll_y)
+        view = (top, top + self.scrollable_content_region.height - 1)
+        self.current = step_match(self.matches, self.current, step, view)
+        self._index_hits()
+        if self.current is None:
+            return
+        m = self.matches[self.current]
+        self.follow = False  # reading a match: new lines must not carry the view away
+        self.scroll_to_region(Region(m.start, m.line, max(1, m.end - m.start), 1),
+                              animate=False, immediate=True, center=True)
+
+    def _moved(self, delta: int) -> None:
+        """The lines moved ``delta`` rows down (older bytes on top) or up (the ring dropped
+        its oldest): matches follow their text."""
+        if self.search:
+            cur = self.matches[self.current] if self.current is not None else None
+            self._find((cur.line + delta, cur.start) if cur is not None else None)
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        hits = self._hits.get(y)
+        if not hits:
+            return super()._render_line_strip(y, rich_style)
+        if y in self._render_line_cache:
+            return self._render_line_cache[y]
+        line = self._lines[y]
+        text = Text(line, no_wrap=True)
+        text.stylize(rich_style)
+        for start, end, current in hits:
+            text.stylize(CURRENT_STYLE if current else MATCH_STYLE, start, end)
+        strip = Strip(text.render(self.app.console), cell_len(line))
+        self._render_line_cache[y] = strip
+        return strip
 
     # ------------------------------------------------------------------ content
 
@@ -120,6 +218,8 @@ class LogTail(Log):
         self._partial = self._marker = False
         self._older_asked = None
         self.clear()
+        if self.search:
+            self._find()
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Log measures the widest new line in a thread worker, through a regex and cell_len
@@ -135,11 +235,17 @@ class LogTail(Log):
         line's index."""
         self._lines[at:at] = lines
         self._render_line_cache.clear()  # cached rows are keyed by index, which moved
-        if len(self._lines) > MAX_LINES:
+        dropped = max(0, len(self._lines) - MAX_LINES)
+        if dropped:
             self._prune_max_lines()
             self._marker = False  # the top line dropped: the bytes above it are unknown
         self.virtual_size = Size(self._width, len(self._lines))
         self._update_size(self._updates, lines)
+        self._moved((len(lines) if at == 0 else 0) - dropped)
+        if dropped and not self.follow:
+            # Paused on a line: the ring dropping older lines must not slide the text being
+            # read upwards (follow off means the view stays on its lines).
+            self.scroll_to(y=max(0, self.scroll_y - dropped), animate=False, immediate=True)
         self.refresh()
 
     def _marker_line(self, start: int) -> str:
@@ -188,6 +294,7 @@ class LogTail(Log):
         lines = LineSplitter().feed(text + b"\n") if text else []
         del self._lines[0]  # the marker; a new one goes on top while older bytes remain
         self._marker = False
+        self._moved(-1)
         room = MAX_LINES - len(self._lines)
         if len(lines) >= room:
             lines = lines[len(lines) - room :]  # the ring is full: no further scroll-back

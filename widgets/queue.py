@@ -37,6 +37,13 @@ class QueueTable(RowTable):
         host: str
         job_id: str
 
+    @dataclass
+    class Opened(Message):
+        """Enter on a job of ``host``: show it in full."""
+
+        host: str
+        job_id: str
+
     jobs: reactive[tuple[JobRow, ...]] = reactive((), always_update=True)
     """The selected host's jobs, pending actions included."""
 
@@ -101,6 +108,12 @@ class QueueTable(RowTable):
         event.stop()
         if event.row_key.value is not None:
             self.post_message(self.Selected(self.host, str(event.row_key.value)))
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.Opened(self.host, str(event.row_key.value)))
 
 
 def _state_cell(j: JobRow) -> str:

@@ -4,12 +4,14 @@ and the room's screen as plain text."""
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 from rich.console import Console
 
 from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.room.gate_screen import GateScreen
+from gpuroom.widgets.queue import QueueTable
 
 
 async def finish(app: GpuroomApp, group: str) -> None:
@@ -27,6 +29,18 @@ async def open_gate(app: GpuroomApp, pilot: Any) -> GateScreen:
     await pilot.pause()
     assert isinstance(app.screen, GateScreen)
     return app.screen
+
+
+async def job_reaches(app: GpuroomApp, pilot: Any, job_id: str, state: str,
+                      timeout_s: float = 60.0) -> None:
+    """Let the live room poll until its queue pane shows ``job_id`` in ``state``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        await pilot.pause(0.3)
+        states = {j.id: j.state for j in app.query_one(QueueTable).jobs}
+        if states.get(job_id) == state:
+            return
+        assert time.monotonic() < deadline, states
 
 
 def screen_text(app: GpuroomApp) -> str:

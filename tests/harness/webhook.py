@@ -11,8 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from harness.httpserve import serving
 
 
 @dataclass
@@ -51,13 +53,6 @@ def webhook(path: str = "/hook/secret-token", answers: list[int] | None = None
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    hook.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as base:
+        hook.url = base + path
         yield hook
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

@@ -18,6 +18,7 @@ from textual.pilot import Pilot
 
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.room.app import GpuroomApp
+from gpuroom.widgets.logtail import LogTail
 
 os.environ["TZ"] = "UTC"
 time.tzset()
@@ -65,6 +66,35 @@ def test_help_screen(snap_compare: SnapCompare) -> None:
     app, before = scenario_app("healthy")
     assert snap_compare(app, terminal_size=(120, 36), run_before=before,
                         press=["question_mark"])
+
+
+def test_job_detail_screen(snap_compare: SnapCompare) -> None:
+    """Enter on the running job: queue show's rows (a recording answers with its record)."""
+    app, before = scenario_app("healthy")
+
+    async def opened(pilot: Pilot[Any]) -> None:
+        await before(pilot)
+        await pilot.press("tab", "enter")
+        loading = [w for w in app.workers if w.group == "jobdetail"]
+        if loading:  # an empty list would mean "all", the fleet's endless worker included
+            await app.workers.wait_for_complete(loading)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=opened)
+
+
+def test_log_search(snap_compare: SnapCompare) -> None:
+    """/ in the log pane, "loss", enter: every match highlighted, the newest current, the
+    title saying which of how many."""
+    app, before = scenario_app("healthy")
+
+    async def searched(pilot: Pilot[Any]) -> None:
+        await before(pilot)
+        app.query_one(LogTail).focus()
+        await pilot.press("slash", *"loss", "enter")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=searched)
 
 
 def test_kill_confirm(snap_compare: SnapCompare) -> None:

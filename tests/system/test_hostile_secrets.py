@@ -122,10 +122,6 @@ def test_no_secret_on_any_command_line_while_polling_and_pulling(
 
 @pytest.mark.attack("secrets", "queue add --env WANDB_API_KEY=... : the token must not appear "
                     "on the box's command lines (/proc/*/cmdline)")
-@pytest.mark.xfail(strict=True, reason="new in issue 18's suite: `queue add --env K=V` sends "
-                   "each --env K=V as an argument of the helper's command line on the box "
-                   "(tui/cli/queue.py), where every user of the box can read it with ps. Fix: "
-                   "send the environment on the helper's stdin")
 def test_a_job_environment_token_is_not_on_the_boxs_command_line(
         box: Any, tmp_path: Path) -> None:
     config = box.secret_config

@@ -180,7 +180,7 @@ def test_pause_rm_priority_mv_edit_retry_and_show(
     assert "TOKEN" in out and "s3cret" not in out and "exit 2" in out
     assert "attempt 2:" in out and "log: " in out and "priority: 3" in out
     rc, doc = cli_json(capsys, box_config, "show", "box", high)
-    assert doc["jobs"][0]["env"] == {"TOKEN": "<hidden>"} and "s3cret" not in json.dumps(doc)
+    assert doc["jobs"][0]["env"] == {"TOKEN": "<redacted>"} and "s3cret" not in json.dumps(doc)
     rc, out = cli(capsys, box_config, "show", "box", "j999")
     assert rc == 1
 

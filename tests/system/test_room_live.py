@@ -4,19 +4,17 @@ without a box are in tests/room/test_room_ops.py)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-from harness.room import finish, open_gate
+from harness.room import finish, job_reaches, open_gate
 from textual.widgets import Input
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.room.app import GpuroomApp
-from gpuroom.widgets.queue import QueueTable
 
 JOB = "import os;open(os.path.join(os.environ['GPUROOM_CKPT_DIR'],'w.bin'),'wb').write(b'y'*4096)"
 
@@ -36,13 +34,7 @@ async def test_P_then_T_against_the_real_box(sshd_box: Any, tmp_path: Path,
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             jid = await fleet.queue_add("box", ["python3", "-c", JOB])
-            deadline = time.monotonic() + 60
-            while True:
-                await pilot.pause(0.3)
-                states = {j.id: j.state for j in app.query_one(QueueTable).jobs}
-                if states.get(jid) == "succeeded":
-                    break
-                assert time.monotonic() < deadline, states
+            await job_reaches(app, pilot, jid, "succeeded")
             assert not (await open_gate(app, pilot)).result.safe
             await pilot.press("escape")
             await pilot.press("P")

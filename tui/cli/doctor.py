@@ -57,7 +57,7 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
                              mtbf_s=s.mtbf_s)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
-                                  price_per_hour=s.price_per_hour, records=records)
+                                  price_per_hour=s.price_per_hour, records=records, spot=s.spot)
     return findings, clocks
 
 

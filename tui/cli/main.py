@@ -352,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
+    from gpuroom.tui.cli.secret import add_cli as add_secret_cli
+
+    add_secret_cli(sub)
     from gpuroom.tui.cli.export import add_cli as add_export_cli
 
     add_export_cli(sub)

@@ -15,14 +15,18 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
+from gpuroom.profiles import Profile, ProfileError, load_profile
+from gpuroom.remote.preempt import CLOUDS
+from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
-from gpuroom.tui.errors import with_fix
+from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.rules.placement import Candidate, choose_host
+from gpuroom.tui.rules.survival import stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
@@ -31,7 +35,6 @@ LOG_CHUNK_BYTES = 256 << 10
 LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
 FOLLOW_INTERVAL_S = 1.0
 COMMAND_WIDTH = 60  # characters of a command in queue ls; a longer one ends in "…"
-REDACTED = "<hidden>"  # an env value in queue show --json
 ANY_HOST = "any"  # queue add --host any: the host with the asked GPUs free (or a list a,b)
 
 
@@ -47,7 +50,10 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--vram-mib", type=int, default=None,
                    help="VRAM the job needs per GPU (the doctor warns when it cannot fit: U10)")
     p.add_argument("--cwd")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="stored and shown on the box: a credential goes in --secret")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME[=ENVVAR]",
+                   help="export a secret pushed with `gpuroom secret push` at launch")
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
     p.add_argument("--durable-dir")
@@ -76,6 +82,9 @@ def add_cli(sub: Any) -> None:
                    help="jobs at once (0: one per GPU on a GPU box, 1 on a CPU box)")
     p.add_argument("--idle-exit", type=float, help="idle seconds before the runner leaves")
     p.add_argument("--kill-grace", type=float, help="seconds from SIGTERM to SIGKILL on kill")
+    p.add_argument("--spot", choices=CLOUDS, help="a spot box of this cloud: its preemption "
+                   "notice sends SIGUSR1 to every running job (the Checkpointer saves)")
+    p.add_argument("--metadata-url", help="the cloud's metadata endpoint (default: its own)")
     p.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands on the login node")
     p.add_argument("--partition")
     p.add_argument("--time")
@@ -136,6 +145,18 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
                               f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), queue_backend(hosts[args.host].profile)
+
+
+def _host(args: argparse.Namespace) -> cfg.HostConfig | None:
+    return {h.name: h for h in load_config(args).effective_hosts()}.get(args.host)
+
+
+def _profile(host: cfg.HostConfig | None) -> Profile | None:
+    """The host's platform profile (None when it names none or it does not load)."""
+    try:
+        return load_profile(host.profile) if host is not None else None
+    except ProfileError:
+        return None
 
 
 def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
@@ -242,6 +263,26 @@ async def _place(args: argparse.Namespace) -> int | None:
     return None
 
 
+class EnvError(GpuroomError):
+    exit_code = 2
+
+
+def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
+    """``--env K=V`` as the helper's options and stdin: the values go on stdin (U34), where
+    no ``ps`` on the box sees them, and the helper's command line says only --env-stdin."""
+    env: dict[str, str] = {}
+    for n, item in enumerate(items, 1):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            # The item is not echoed: it may be a bare token typed where KEY=VALUE belonged.
+            raise EnvError(f"--env number {n} is not KEY=VALUE (no '=' or no name)",
+                           "write --env NAME=value (a credential: gpuroom secret push)")
+        env[key] = value
+    if not env:
+        return [], None
+    return ["--env-stdin"], json.dumps(env).encode()
+
+
 async def _run(args: argparse.Namespace) -> int:
     if args.queue_cmd == "add" and _many_hosts(args.host):
         job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
@@ -265,8 +306,9 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value:  # "--opt=value": a value starting with "-" stays a value on the box
                     opts.append(f"--{flag.replace('_', '-')}={value}")
-            for item in args.env:
-                opts += ["--env", item]
+            env_opts, env_stdin = env_on_stdin(args.env)
+            opts += env_opts
+            opts += [f"--secret={item}" for item in args.secret]
             opts += [f"--output={item}" for item in args.output]
             if args.retry_on_exit:
                 opts.append("--retry-on-exit")
@@ -277,8 +319,15 @@ async def _run(args: argparse.Namespace) -> int:
             if args.fix_crlf:
                 opts.append("--fix-crlf")
             opts += ["--backend", backend, *_slurm_opts(args)]
-            doc = _json_or_fail(args.host, "add",
-                                await link.helper("queue", "add", *opts, "--", *argv))
+            host = _host(args)
+            for path in stop_surviving_paths(_profile(host)):
+                opts.append(f"--survives={path}")
+            if host is not None and host.spot:
+                opts.append(f"--spot={host.spot}")
+            doc = _json_or_fail(args.host, "add", await link.helper(
+                "queue", "add", *opts, "--", *argv, stdin=env_stdin))
+            if doc.get("warning") and not args.json:
+                print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "boot-hook":
             doc = _json_or_fail(args.host, "boot-hook",
@@ -291,10 +340,10 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if args.queue_cmd == "config":
             opts = ["--backend", backend, *_slurm_opts(args)]
-            for flag in ("slots", "idle_exit", "kill_grace"):
+            for flag in ("slots", "idle_exit", "kill_grace", "spot", "metadata_url"):
                 value = getattr(args, flag)
                 if value is not None:
-                    opts += ["--" + flag.replace("_", "-"), str(value)]
+                    opts.append(f"--{flag.replace('_', '-')}={value}")
             doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             return _answer(args, doc)
         if args.queue_cmd == "ls":
@@ -320,10 +369,12 @@ async def _run(args: argparse.Namespace) -> int:
             # "--opt=value": a value starting with "-" stays a value on the box.
             opts = [*([f"--name={args.name}"] if args.name else []),
                     *([f"--gpus={args.gpus}"] if args.gpus is not None else [])]
-            opts += [f"--env={item}" for item in args.env]
+            env_opts, env_stdin = env_on_stdin(args.env)
+            opts += env_opts
             opts += [f"--unset-env={item}" for item in args.unset_env]
             doc = _json_or_fail(args.host, "edit", await link.helper(
-                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else [])))
+                "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
+                stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "show":
             doc = _json_or_fail(args.host, "show",
@@ -394,7 +445,7 @@ def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     if args.json:
         for job in jobs if isinstance(jobs, list) else []:
             if isinstance(job, dict) and isinstance(job.get("env"), dict):
-                job["env"] = dict.fromkeys(job["env"], REDACTED)
+                job["env"] = redact_env(job["env"])  # the box did; an old helper may not
         print(json.dumps(doc))
         return 0
     view = read_queue_view(doc)

@@ -15,7 +15,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
-from gpuroom.tui.snapshot import LogChunk
+from gpuroom.tui.snapshot import Job, LogChunk
 from gpuroom.tui.transport.pull import Progress, PullResult
 
 
@@ -61,6 +61,10 @@ class FleetAPI(Protocol):
 
     async def queue_pause(self, host: str, paused: bool) -> None:
         """Pause (start no new job; running ones go on) or resume the host's queue."""
+        ...
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
+        """One job in full, as ``gpuroom queue show`` reads it from the box."""
         ...
 
     def mark_pending(self, host: str, action: PendingAction) -> None:
@@ -221,6 +225,15 @@ class StaticFleet(PendingLedger):
     async def queue_pause(self, host: str, paused: bool) -> None:
         raise FleetError(f"{host}: this is a recording; its queue cannot be "
                          f"{'paused' if paused else 'resumed'}")
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
+        """A recording has no box to ask: the job as its snapshot recorded it (no newest
+        checkpoint unless the job was running)."""
+        view = self.host(host).view
+        job = view.job(job_id) if view is not None else None
+        if job is None:
+            raise FleetError(f"{host}: this recording holds no job {job_id}")
+        return job
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self._ssh.get(host)

@@ -24,9 +24,10 @@ from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job as JobView
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.snapshot import load_answer, read_log_doc
+from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import HostLink, LinkError
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class Fleet(PendingLedger):
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
                               rented_at=h.rented_at, stall_after_s=h.stall_after_s,
-                              mtbf_s=h.mtbf_s,
+                              mtbf_s=h.mtbf_s, spot=h.spot,
                               error=h.error)
             for h in self._hosts.values()
         }
@@ -322,6 +323,9 @@ class Fleet(PendingLedger):
             args.append(f"--name={name}")
         if cwd:
             args.append(f"--cwd={cwd}")
+        spot = self._hosts[host].spot if host in self._hosts else None
+        if spot:
+            args.append(f"--spot={spot}")  # its runner watches for the cloud's notice (U45)
         out = await self._queue_call(host, *args, "--", *argv)
         try:
             doc = load_answer(out)
@@ -345,6 +349,16 @@ class Fleet(PendingLedger):
 
     async def queue_pause(self, host: str, paused: bool) -> None:
         await self._queue_call(host, "pause" if paused else "resume")
+
+    async def queue_show(self, host: str, job_id: str, queue: str = "default") -> JobView:
+        out = await self._queue_call(host, "show", f"--queue={queue}", "--", job_id)
+        try:
+            jobs = read_queue_view(load_answer(out)).jobs
+        except ValueError:
+            raise LinkError(host, "queue show answered something that is not JSON") from None
+        if not jobs:
+            raise LinkError(host, f"queue show answered no job {sanitize_line(job_id)}")
+        return jobs[0]
 
     def ssh_argv(self, host: str) -> list[str] | None:
         return self.link(host).ssh_argv()

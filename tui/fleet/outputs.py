@@ -6,7 +6,7 @@ move through tui/transport/pull.py over the host's link.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,15 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import Job, load_answer, read_queue_view, read_snapshot, with_jobs
+from gpuroom.tui.snapshot import (
+    Job,
+    RunDirs,
+    load_answer,
+    read_queue_view,
+    read_rundirs,
+    read_snapshot,
+    with_jobs,
+)
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import (
     Progress,
@@ -88,7 +96,33 @@ async def check_gate(link: HostLink) -> GateResult:
         # The probe's queue view is bounded; fall back to the full list for finality.
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
-                    expected_helper_sha=link.archive.sha256)
+                    expected_helper_sha=link.archive.sha256,
+                    run_dirs=await run_dirs(link, jobs))
+
+
+def run_dir_args(jobs: Sequence[Job]) -> list[str]:
+    """``CWD SINCE`` for each cwd a job ran in, since its earliest start there."""
+    since: dict[str, float] = {}
+    for job in jobs:
+        starts = [a.start for a in job.attempts if a.start is not None]
+        if job.cwd and starts:
+            since[job.cwd] = min(since.get(job.cwd, float("inf")), *starts)
+    return [a for cwd, t in sorted(since.items()) for a in (cwd, repr(t))]
+
+
+async def run_dirs(link: HostLink, jobs: Sequence[Job]) -> RunDirs | str:
+    """The tracker run dirs the jobs wrote under their cwds (U20), or why there is no answer."""
+    args = run_dir_args(jobs)
+    if not args:
+        return RunDirs.read({})
+    result = await link.helper("rundirs", "--", *args)  # a cwd is never read as an option
+    try:
+        answer = read_rundirs(load_answer(result.stdout))
+    except ValueError:
+        answer = None
+    if answer is None or not answer.ok:
+        return f"rundirs failed ({result.failure()})"
+    return answer
 
 
 def result_lines(jid: str, result: PullResult) -> list[str]:

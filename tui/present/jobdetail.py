@@ -1,6 +1,7 @@
-"""One job in full, as lines (issue 20 item 1): ``gpuroom queue show`` prints them, and the
-room's job detail can reuse them. Pure: the job comes from gpuroom.tui.snapshot, time comes in
-as ``now``; every string the box wrote goes through sanitize_line (fmt_text).
+"""One job in full (issue 20 item 1): the rows ``gpuroom queue show`` prints as lines and the
+room's job detail (enter on a job) shows as a table; one source for both. Pure: the job comes
+from gpuroom.tui.snapshot, time comes in as ``now``; every string the box wrote goes through
+sanitize_line (fmt_text).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+from gpuroom.tui.present.detail import Rows
 from gpuroom.tui.present.format import fmt_age, fmt_bytes, fmt_text, fmt_utc
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Job
 
@@ -23,7 +25,7 @@ def checkpoint_step(path: str | None) -> int | None:
     return int(found[-1]) if found else None
 
 
-def _attempt_line(a: Attempt) -> str:
+def _attempt_text(a: Attempt) -> str:
     start = fmt_utc(a.start) if a.start is not None else "not started"
     end = fmt_utc(a.end) if a.end is not None else "running"
     if a.signal:
@@ -35,46 +37,76 @@ def _attempt_line(a: Attempt) -> str:
     duration = fmt_age(a.duration) if a.duration is not None else "-"
     reason = fmt_text(a.end_reason) if a.end_reason else "-"
     gpus = ",".join(str(g) for g in a.gpus) if a.gpus else "none"
-    return (f"  attempt {a.attempt}: {start} -> {end}, {how}, {duration}, "
-            f"ended: {reason}, GPUs {gpus}")
+    return f"{start} -> {end}, {how}, {duration}, ended: {reason}, GPUs {gpus}"
 
 
-def _checkpoint_line(ckpt: Checkpoint | None, now: float) -> str:
+def _checkpoint_text(ckpt: Checkpoint | None, now: float) -> str:
     if ckpt is None or not ckpt.path:
-        return "newest checkpoint: none"
+        return "none"
     step = checkpoint_step(ckpt.path)
     age = fmt_age(now - ckpt.mtime) if ckpt.mtime is not None else "?"
-    return (f"newest checkpoint: {fmt_text(ckpt.path)} (step {step if step is not None else '?'}"
+    return (f"{fmt_text(ckpt.path)} (step {step if step is not None else '?'}"
             f", {age} old, {fmt_bytes(ckpt.size)})")
 
 
-def detail_lines(job: Job, now: float) -> list[str]:
-    """Every fact of one job a person asks about, one line each (env values never shown)."""
+def _code_rows(job: Job) -> Rows:
+    """What code the newest attempt launched with (U42), and what changed since (U2)."""
+    last = job.last_attempt
+    code = last.code if last is not None else None
+    if code is None:
+        return []
+    rows: Rows = [("script", f"{fmt_text(s.path)} sha256 {fmt_text((s.sha256 or '?')[:12])}"
+                   + (" (changed since launch)" if s.path in job.code_changed else ""))
+                  for s in code.scripts]
+    if code.git is not None:
+        rows.append(("git", f"HEAD {fmt_text((code.git.head or '?')[:12])}"
+                     + (" with uncommitted changes" if code.git.dirty else ", clean")))
+    return rows
+
+
+def detail_title(job: Job) -> str:
+    """"job j7 (sweep1)": the id, and the name when it says more."""
     title = f"job {fmt_text(job.id)}"
     if job.name and job.name != job.id:
         title += f" ({fmt_text(job.name)})"
-    lines = [f"{title}: {fmt_text(job.state)}"]
-    lines.append("command: " + fmt_text(job.command))  # every word, shell-quoted
-    lines.append(f"cwd: {fmt_text(job.cwd) if job.cwd else '-'}")
+    return title
+
+
+def detail_rows(job: Job, now: float) -> Rows:
+    """Every fact of one job a person asks about, as (label, text) rows, its state first:
+    ``queue show`` prints them as lines, the room's job detail (enter) as a table. Env values
+    are never shown (one may be a token)."""
     keys = ", ".join(fmt_text(k) for k in sorted(job.env))
-    lines.append(f"env: {keys} (values hidden)" if keys else "env: none")
     asked = "default (1 on a GPU box)" if job.gpus is None else str(job.gpus)
     last = job.last_attempt
     given = ",".join(str(g) for g in last.gpus) if last is not None and last.gpus else "none"
-    lines.append(f"GPUs: asked {asked}, given {given}")
+    rows: Rows = [
+        ("state", fmt_text(job.state)),
+        ("command", fmt_text(job.command)),  # every word, shell-quoted
+        ("cwd", fmt_text(job.cwd) if job.cwd else "-"),
+        ("env", f"{keys} (values hidden)" if keys else "none"),
+        ("GPUs", f"asked {asked}, given {given}"),
+    ]
     if job.priority:
-        lines.append(f"priority: {job.priority}")
+        rows.append(("priority", str(job.priority)))
     if job.after:
-        lines.append("after: " + ", ".join(fmt_text(a) for a in job.after))
+        rows.append(("after", ", ".join(fmt_text(a) for a in job.after)))
     if job.edited_from:
-        lines.append(f"edited from: {fmt_text(job.edited_from)}")
+        rows.append(("edited from", fmt_text(job.edited_from)))
     if job.waiting:
-        lines.append(f"waits: {fmt_text(job.waiting)}")
+        rows.append(("waits", fmt_text(job.waiting)))
     if job.reason:
-        lines.append(f"reason: {fmt_text(job.reason)}")
-    lines.append(f"attempts: {len(job.attempts)}")
-    lines.extend(_attempt_line(a) for a in job.attempts)
-    lines.append(f"checkpoint dir: {fmt_text(job.ckpt_dir) if job.ckpt_dir else '-'}")
-    lines.append(_checkpoint_line(job.checkpoint, now))
-    lines.append(f"log: {fmt_text(job.log_path) if job.log_path else '-'}")
-    return lines
+        rows.append(("reason", fmt_text(job.reason)))
+    rows.append(("attempts", str(len(job.attempts))))
+    rows.extend((f"  attempt {a.attempt}", _attempt_text(a)) for a in job.attempts)
+    rows.extend(_code_rows(job))
+    rows.append(("checkpoint dir", fmt_text(job.ckpt_dir) if job.ckpt_dir else "-"))
+    rows.append(("newest checkpoint", _checkpoint_text(job.checkpoint, now)))
+    rows.append(("log", fmt_text(job.log_path) if job.log_path else "-"))
+    return rows
+
+
+def detail_lines(job: Job, now: float) -> list[str]:
+    """``queue show``'s lines: "job j7 (name): state", then a "label: text" line per row."""
+    (_, state), *rest = detail_rows(job, now)
+    return [f"{detail_title(job)}: {state}", *(f"{label}: {text}" for label, text in rest)]

@@ -1,7 +1,10 @@
-"""The log pane's bytes: each job's log chunk from the snapshot, shown exactly once."""
+"""The log pane's bytes: each job's log chunk from the snapshot, shown exactly once; and the
+pane's search (`/`, `n`, `N`) over the sanitized lines it shows."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuroom.tui.sanitize import LineSplitter
@@ -10,8 +13,9 @@ from gpuroom.tui.snapshot import Snapshot
 
 # The pane cuts bytes into inert display lines with the sanitizer's splitter; it is named
 # here so widgets need nothing but tui/present/.
-__all__ = ["LineSplitter", "LogChunk", "LogCursor", "advance_log", "chunk_of", "log_chunk",
-           "log_key", "prepend_log"]
+__all__ = ["MAX_MATCHES", "LineSplitter", "LogChunk", "LogCursor", "Match", "advance_log",
+           "chunk_of", "find_matches", "log_chunk", "log_key", "match_label", "prepend_log",
+           "step_match"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,61 @@ def prepend_log(cursor: LogCursor | None, chunk: LogChunk) -> tuple[bytes, LogCu
     if chunk.offset + len(chunk.data) != cursor.start:
         return None
     return chunk.data, LogCursor(cursor.job_id, cursor.inode, cursor.end, chunk.offset)
+
+
+# ----------------------------------------------------------------------------- search (`/`)
+
+MAX_MATCHES = 10_000  # a one-letter search of a 10k-line log stays cheap; the count says "+"
+
+
+@dataclass(frozen=True)
+class Match:
+    """One occurrence of the log search in the pane's line ``line``, columns [start, end)."""
+
+    line: int
+    start: int
+    end: int
+
+
+def find_matches(lines: Sequence[str], needle: str, limit: int = MAX_MATCHES) -> list[Match]:
+    """Every occurrence of ``needle`` in the pane's lines (the sanitized text it shows), in
+    reading order, at most ``limit``. Smart case, as in less and vim: a needle with no
+    capital letter matches any case."""
+    if not needle:
+        return []
+    flags = 0 if any(c.isupper() for c in needle) else re.IGNORECASE
+    pattern = re.compile(re.escape(needle), flags)
+    found: list[Match] = []
+    for y, line in enumerate(lines):
+        for m in pattern.finditer(line):
+            found.append(Match(y, m.start(), m.end()))
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def step_match(matches: Sequence[Match], current: int | None, step: int,
+               view: tuple[int, int]) -> int | None:
+    """The match ``n`` (step 1) or ``N`` (step -1) goes to: the next or previous one, going
+    round at the ends. With none chosen yet, the first at or below the view's top line
+    (``n``), or the last at or above its bottom line (``N``); ``view`` is (top, bottom)."""
+    if not matches:
+        return None
+    if current is not None:
+        return (current + step) % len(matches)
+    top, bottom = view
+    if step > 0:
+        return next((i for i, m in enumerate(matches) if m.line >= top), 0)
+    return next((i for i in range(len(matches) - 1, -1, -1) if matches[i].line <= bottom),
+                len(matches) - 1)
+
+
+def match_label(needle: str, current: int | None, total: int, limit: int = MAX_MATCHES) -> str:
+    """The log pane's title words for a search: "/loss: match 3/17", "/loss: 17 matches",
+    "/loss: no match"."""
+    count = f"{total}+" if total >= limit else str(total)
+    if not total:
+        return f"/{needle}: no match"
+    if current is None:
+        return f"/{needle}: {count} match{'es' if total > 1 else ''} (n / N)"
+    return f"/{needle}: match {current + 1}/{count}"

@@ -53,6 +53,7 @@ from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
+from gpuroom.tui.room.jobdetail_screen import JobDetailScreen
 from gpuroom.tui.room.messages import HostChanged
 from gpuroom.tui.room.screens import (
     KEYS,
@@ -124,6 +125,8 @@ class GpuroomApp(SteerKeys):
     #filter { display: none; height: 1; border: none; padding: 0 1; }
     #replay { height: 1; padding: 0 1; background: $warning 40%; text-style: bold; }
     #filter.-shown { display: block; }
+    #logsearch { display: none; height: 1; border: none; padding: 0 1; }
+    #logsearch.-shown { display: block; }
     #row1 { height: 14; }
     #row2 { height: 1fr; }
     #queue, #gpu, #log, #disk { border-top: solid $panel-lighten-2; }
@@ -262,6 +265,8 @@ class GpuroomApp(SteerKeys):
             yield Static(self._replay_text(), id="replay", markup=False)
         yield DangerBanner(id="banner")
         yield Input(placeholder="filter hosts (enter keeps, esc clears)", id="filter")
+        yield Input(placeholder="search the log (enter keeps, then n / N; esc clears)",
+                    id="logsearch")
         yield HostsTable(id="hosts")
         with Horizontal(id="row1"):
             yield QueueTable(id="queue")
@@ -569,6 +574,34 @@ class GpuroomApp(SteerKeys):
     def _filter_submitted(self) -> None:
         self.query_one(HostsTable).focus()
 
+    @on(LogTail.SearchWanted)
+    def _log_search_wanted(self, message: LogTail.SearchWanted) -> None:
+        box = self.query_one("#logsearch", Input)
+        box.value = message.search
+        box.add_class("-shown")
+        box.focus()
+
+    @on(Input.Changed, "#logsearch")
+    def _log_search_changed(self, event: Input.Changed) -> None:
+        self.query_one(LogTail).search = event.value  # matches light up as the user types
+
+    @on(Input.Submitted, "#logsearch")
+    def _log_search_submitted(self) -> None:
+        """Enter keeps the search and goes to a match: on a followed log the newest one (the
+        last in view or above it), on a paused one the first from the view's top down."""
+        self.query_one("#logsearch", Input).remove_class("-shown")
+        log = self.query_one(LogTail)
+        log.focus()
+        log.action_next_match(-1 if log.follow else 1)
+
+    def _close_log_search(self) -> None:
+        box = self.query_one("#logsearch", Input)
+        box.value = ""
+        box.remove_class("-shown")
+        log = self.query_one(LogTail)
+        log.search = ""
+        log.focus()
+
     # ------------------------------------------------------------------ actions
 
     def action_help(self) -> None:
@@ -580,6 +613,9 @@ class GpuroomApp(SteerKeys):
         box.focus()
 
     def action_clear_filter(self) -> None:
+        if self.focused is self.query_one("#logsearch", Input):
+            self._close_log_search()  # esc in the log's search box clears the search
+            return
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("-shown")
@@ -705,6 +741,22 @@ class GpuroomApp(SteerKeys):
             self.push_screen(DetailScreen(f"job {h.name}/{job.id}", job_detail(h, job)))
         else:
             self.push_screen(DetailScreen(f"host {h.name}", host_detail(h, self.clock())))
+
+    def action_job_detail(self) -> None:
+        """The selected job in full, from the box (queue show); a replay shows its record."""
+        picked = self._selected_job("show")
+        if picked is None:
+            return
+        h, job = picked
+        recorded = h.view.job(job.id) if h.view is not None else None
+        queue = recorded.queue if recorded is not None else "default"
+        self.push_screen(JobDetailScreen(
+            h.name, job.id, partial(self.fleet.queue_show, h.name, job.id, queue), self.clock))
+
+    @on(QueueTable.Opened)
+    def _job_opened(self, message: QueueTable.Opened) -> None:
+        if message.host == self.selected_host:
+            self.action_job_detail()
 
     def action_findings(self) -> None:
         findings = self.findings_watch.findings()

@@ -39,16 +39,24 @@ class DetailScreen(ModalScreen[None]):
         self.rows = rows
         self.closes = closes
 
-    def compose(self) -> ComposeResult:
+    def _table(self) -> Table:
         table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=True)
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column(overflow="fold")  # a long command or error wraps, whole
         for label, text in self.rows:
             # The box's words (an error, a command): Text, never markup.
-            table.add_row(label, Text(text))
+            table.add_row(Text(label), Text(text))
+        return table
+
+    def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text(f"{self.title_text}  ({self.closes})", style="bold"))
-            yield Static(table)
+            yield Static(self._table(), id="rows")
+
+    def show_rows(self, rows: Rows) -> None:
+        """Replace the rows (an answer that arrived after the screen opened)."""
+        self.rows = rows
+        self.query_one("#rows", Static).update(self._table())
 
     def action_close(self) -> None:
         self.dismiss(None)

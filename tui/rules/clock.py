@@ -36,6 +36,8 @@ TIMER_WARN_S = 2 * 3600.0
 TIMER_CRIT_S = 30 * 60.0
 WALLTIME_WARN_S = 3600.0
 WALLTIME_CRIT_S = 10 * 60.0
+# A GCP preemptible VM's hard cap, counted from its boot (U45).
+GCP_PREEMPTIBLE_CAP_S = 24 * 3600.0
 # A Slurm job pending longer than this is worth a look at its reason.
 PENDING_WARN_S = 3600.0
 # Slurm's pending reason is remote text: shown as one bounded plain line.
@@ -46,6 +48,7 @@ REASON_MAX_CHARS = 60
 class ClockItem:
     host: str
     # spend | idle | walltime | pending | session_cap | idle_timeout | auto_release | unpulled
+    # | preemptible_cap
     kind: str
     severity: Severity
     text: str
@@ -199,9 +202,10 @@ def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
                 price_per_hour: float | None = None, rented_at: float | None = None,
                 tracker: IdleTracker | None = None,
-                records: Sequence[Record] = ()) -> list[ClockItem]:
+                records: Sequence[Record] = (), spot: str | None = None) -> list[ClockItem]:
     """Every clock of one host. ``snap`` None (never answered) yields nothing to count from.
-    ``records`` are the pull records (pulls.json), read by the caller."""
+    ``records`` are the pull records (pulls.json), read by the caller; ``spot`` is hosts.toml's
+    (a GCP preemptible VM is stopped 24 h after its start, idle or not)."""
     if snap is None:
         return []
     out: list[ClockItem] = []
@@ -238,6 +242,11 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
         elif job.state == "queued" and job.slurm_id:
             out.append(_pending_item(host, job, snap, now))
     uptime = billed_seconds(snap, now)
+    if spot == "gcp-preemptible" and uptime is not None:
+        left = GCP_PREEMPTIBLE_CAP_S - uptime
+        out.append(ClockItem(host, "preemptible_cap", _timer_severity(left),
+                             f"GCP preemptible: stopped 24 h after its start, in "
+                             f"{fmt_duration(left)} (a Spot VM has no cap) [U45]", left))
     for clock in profile.danger_clocks if profile is not None else ():
         if not isinstance(clock.seconds, int) or isinstance(clock.seconds, bool):
             continue

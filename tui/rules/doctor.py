@@ -23,6 +23,7 @@ from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
+from gpuroom.tui.rules.drift import drift_findings
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.money import (
     Recall,
@@ -34,6 +35,7 @@ from gpuroom.tui.rules.money import (
     reboot_findings,
 )
 from gpuroom.tui.rules.stall import job_gpus, stall_findings
+from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
 
 # U21: "100% util" with the SM clock and the power both low is a GPU fed a trickle of kernels.
@@ -792,6 +794,9 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += queue_write_findings(host, snap)
     out += blind_findings(host, snap)
     out += job_node_findings(host, prev, snap, profile)
+    out += preempt_findings(host, snap, now)
+    out += ckpt_survival_findings(host, snap, profile)
+    out += drift_findings(host, snap)
     return sort_findings(out)
 
 

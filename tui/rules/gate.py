@@ -16,16 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuroom.remote.queue_events import FINAL_STATES
-from gpuroom.tui.snapshot import Snapshot
+from gpuroom.tui.rules.gate_items import GateItem, gpu_work_item, outputs_item, rundirs_item
+from gpuroom.tui.snapshot import RunDirs, Snapshot
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
-
-
-@dataclass
-class GateItem:
-    name: str
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -118,13 +112,15 @@ def job_pull(host: str, job: str, entries: Sequence[Mapping[str, Any]],
 
 
 def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
-             job_outputs: dict[str, list[dict[str, Any]] | None],
-             expected_helper_sha: str | None = None) -> GateResult:
+             job_outputs: dict[str, list[dict[str, Any]] | None], *,
+             expected_helper_sha: str | None = None,
+             run_dirs: RunDirs | str | None = None) -> GateResult:
     """The checklist for one host.
 
     ``job_outputs``: job id -> the box's current manifest entries of that job's checkpoint
     dir (None when the manifest could not be taken or was cut). Jobs with no files need no
-    pull.
+    pull. ``run_dirs``: the box's tracker run dirs under the jobs' cwds, or why they could not
+    be listed; None leaves that item out.
     """
     items = [_queue_item(snapshot)]
     missing, stale, unverified, not_loaded = [], [], [], []
@@ -157,6 +153,11 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     items.append(GateItem("checkpoints load-verified", not not_loaded and not missing,
                           "hash-verified, not load-verified: " + ", ".join(not_loaded[:5])
                           if not_loaded else "every .pt/.pth/.ckpt loaded on this machine"))
+    items.append(gpu_work_item(snapshot))
+    jobs = snapshot.jobs if snapshot is not None else ()
+    items.append(outputs_item(jobs))
+    if run_dirs is not None:
+        items.append(rundirs_item(jobs, run_dirs))
     if expected_helper_sha is not None:
         got_sha = snapshot.helper.sha256 if snapshot is not None else None
         items.append(GateItem("deployed helper matches", got_sha == expected_helper_sha,

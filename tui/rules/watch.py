@@ -123,7 +123,7 @@ class FleetWatch:
                 h.name, _HostMemory()).current
             out += host_clocks(h.name, snap, self.profile(h.profile), now,
                                price_per_hour=h.price_per_hour, rented_at=h.rented_at,
-                               tracker=self.tracker, records=records)
+                               tracker=self.tracker, records=records, spot=h.spot)
         return out
 
     def clear(self, host: str | None = None) -> int:

@@ -9,7 +9,16 @@ import sys
 import pytest
 
 from gpuroom.tui.cli.queue import LogWriter
-from gpuroom.tui.present.log import LogChunk, LogCursor, advance_log, prepend_log
+from gpuroom.tui.present.log import (
+    LogChunk,
+    LogCursor,
+    Match,
+    advance_log,
+    find_matches,
+    match_label,
+    prepend_log,
+    step_match,
+)
 from gpuroom.tui.sanitize import LineSplitter
 
 
@@ -83,3 +92,38 @@ def test_queue_logs_on_a_terminal_redraws_the_unfinished_line_in_place(
     shown = [line.rsplit("\r", 1)[-1].replace("\x1b[K", "")
              for line in out.getvalue().split("\n")]
     assert shown == ["start", "100%", "done", ""]
+
+
+def test_search_is_smart_case_and_finds_every_occurrence_in_order() -> None:
+    lines = ["loss NaN at step 3", "ok", "nan nan", "NaN"]
+    assert find_matches(lines, "nan") == [Match(0, 5, 8), Match(2, 0, 3), Match(2, 4, 7),
+                                          Match(3, 0, 3)]
+    assert find_matches(lines, "NaN") == [Match(0, 5, 8), Match(3, 0, 3)]  # a capital: exact
+    assert find_matches(lines, "") == []
+    assert find_matches(lines, "a.") == []  # the needle is text, never a pattern
+    assert len(find_matches(["a" * 50] * 10, "a", limit=7)) == 7
+
+
+def test_search_columns_hold_where_lowering_changes_a_strings_length() -> None:
+    # "İ".lower() is two characters: columns from a lowered copy would be off by one.
+    line = "İİ loss"
+    (m,) = find_matches([line], "loss")
+    assert line[m.start:m.end] == "loss"
+
+
+def test_n_and_N_start_from_the_view_and_go_round() -> None:
+    matches = [Match(y, 0, 1) for y in (5, 40, 90)]
+    assert step_match(matches, None, 1, (30, 60)) == 1  # first at or below the top
+    assert step_match(matches, None, -1, (30, 60)) == 1  # last at or above the bottom
+    assert step_match(matches, None, 1, (95, 120)) == 0  # none below: round to the first
+    assert step_match(matches, None, -1, (0, 3)) == 2  # none above: round to the last
+    assert step_match(matches, 2, 1, (0, 3)) == 0 and step_match(matches, 0, -1, (0, 3)) == 2
+    assert step_match([], None, 1, (0, 3)) is None
+
+
+def test_the_search_label_counts() -> None:
+    assert match_label("nan", None, 0) == "/nan: no match"
+    assert match_label("nan", None, 1) == "/nan: 1 match (n / N)"
+    assert match_label("nan", None, 17) == "/nan: 17 matches (n / N)"
+    assert match_label("nan", 2, 17) == "/nan: match 3/17"
+    assert match_label("a", 0, 5, limit=5) == "/a: match 1/5+"

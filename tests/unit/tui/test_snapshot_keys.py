@@ -148,8 +148,14 @@ ELSEWHERE = {
     "queue.queues{}.runner.pid",
     "queue.queues{}.runner.heartbeat", "queue.queues{}.runner.write_error",
     "queue.queues{}.runner.error",
+    # A running local job's scripts compared with their launch (remote/drift.py).
+    "queue.queues{}.jobs[].code_changed",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
+    # A spot queue's preemption notice: tests/system/test_preempt_ssh.py polls one.
+    *required("preempt"),
+    # What code an attempt launched with: tests/system/test_drift_ssh.py polls one.
+    *required("code"),
     # issue 19: a local job's log mtime and CPU seconds, the local runner's boot and hook
     "queue.queues{}.jobs[].log_chunk.mtime", "queue.queues{}.jobs[].cpu_s",
     "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",

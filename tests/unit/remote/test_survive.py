@@ -1,0 +1,30 @@
+"""remote/survive.py: queue add's warning when checkpoints will not survive a stop (U46)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuroom.remote.queue_events import ckpt_dir_of
+from gpuroom.remote.survive import ckpt_warning
+
+
+def test_a_checkpoint_dir_outside_every_surviving_mount_is_warned(tmp_path: Path) -> None:
+    ckpt = ckpt_dir_of(str(tmp_path / "root"), "default", "j3", None, {})
+    assert ckpt == str(tmp_path / "root" / "ckpt" / "default" / "j3")
+    said = ckpt_warning(ckpt, ["/workspace"])
+    assert said is not None and "not under /workspace" in said
+    assert "--durable-dir /workspace/runs" in said
+
+
+def test_under_a_surviving_mount_by_symlink_or_home_no_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "vol").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "vol")
+    ckpt = ckpt_dir_of("/unused", "q", "j1", str(tmp_path / "link" / "runs"), {})
+    assert ckpt_warning(ckpt, [str(tmp_path / "vol")]) is None  # its real path is inside
+    monkeypatch.setenv("HOME", str(tmp_path))
+    via_config = ckpt_dir_of("/unused", "q", "j1", None, {"durable_dir": str(tmp_path / "vol")})
+    assert ckpt_warning(via_config, ["~/vol"]) is None
+    assert ckpt_warning("/anything", []) is None  # no surviving mount known: no claim

@@ -1,0 +1,118 @@
+"""`gpuroom secret push|ls|rm HOST ...`: a credential to the box through the helper's stdin.
+
+U34, T4: the value is read here from stdin (a prompt without echo on a
+terminal) or from an environment variable named by ``--from-env``, and reaches the box only
+as the helper's stdin; it is on no command line on either side, in no event, snapshot or
+recording. ``queue add --secret NAME[=ENVVAR]`` exports it when the job launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+from typing import Any
+
+import gpuroom.tui.config as cfg
+from gpuroom.profiles import ProfileError, load_profile
+from gpuroom.remote.secrets import MAX_SECRET_BYTES, SecretError, check_name
+from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.link import LinkError
+
+
+class SecretInputError(GpuroomError):
+    exit_code = 2
+
+
+def add_cli(sub: Any) -> None:
+    secret = sub.add_parser("secret", help="credentials on a host, sent through stdin")
+    ssub = secret.add_subparsers(dest="secret_cmd", required=True)
+    p = ssub.add_parser("push", help="read the value from stdin (or --from-env VAR) and store "
+                        "it 0600 on the host's per-instance disk")
+    p.add_argument("host")
+    p.add_argument("name", help="the secret's name (a shell variable name)")
+    p.add_argument("--from-env", metavar="VAR", help="take the value from this env variable")
+    p = ssub.add_parser("ls", help="the secrets on a host (names and sizes, no values)")
+    p.add_argument("host")
+    p = ssub.add_parser("rm")
+    p.add_argument("host")
+    p.add_argument("name")
+    secret.set_defaults(func=cmd_secret)
+
+
+def read_value(args: argparse.Namespace) -> bytes:
+    if args.from_env:
+        value = os.environ.get(args.from_env)
+        if not value:
+            raise SecretInputError(f"--from-env {args.from_env}: the variable is not set",
+                                   f"export {args.from_env}=... first, or pipe the value in")
+        data = value.encode("utf-8")
+    elif sys.stdin is not None and sys.stdin.isatty():
+        data = getpass.getpass(f"value of {args.name} (not echoed): ").encode("utf-8")
+    else:
+        data = sys.stdin.buffer.read(MAX_SECRET_BYTES + 2)
+    if len(data) > MAX_SECRET_BYTES:
+        raise SecretInputError(f"the value is over {MAX_SECRET_BYTES} bytes",
+                               "push one credential, not a whole file (U34)")
+    if not data.strip():
+        raise SecretInputError("the value is empty",
+                               f"printf '%s' \"$TOKEN\" | gpuroom secret push HOST {args.name}")
+    return data
+
+
+def durable_paths(host: cfg.HostConfig) -> list[str]:
+    """The profile's mounts that outlive the box (survive a destroy): a secret there reaches
+    the next tenant (T4). The box's own disk survives a stop only and is the right place."""
+    try:
+        profile = load_profile(host.profile)
+    except ProfileError:
+        return []
+    return [m.path for m in profile.mounts if m.path != "unknown" and m.survives_destroy is True]
+
+
+async def _run(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    hosts = {h.name: h for h in config.effective_hosts()}
+    if args.host not in hosts:
+        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
+                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
+    if args.secret_cmd in ("push", "rm"):
+        try:
+            check_name(args.name)
+        except SecretError as exc:
+            raise SecretInputError(str(exc), "use a name like WANDB_API_KEY") from None
+    stdin = read_value(args) if args.secret_cmd == "push" else None
+    fleet = Fleet(config)
+    try:
+        link = fleet.link(args.host)
+        if args.secret_cmd == "push":
+            extra = [f"--not-under={p}" for p in durable_paths(hosts[args.host])]
+            result = await link.helper("secret", "push", *extra, "--", args.name, stdin=stdin)
+        elif args.secret_cmd == "ls":
+            result = await link.helper("secret", "ls")
+        else:
+            result = await link.helper("secret", "rm", "--", args.name)
+    finally:
+        await fleet.close()
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        raise LinkError(args.host, f"secret {args.secret_cmd} failed ({result.failure()})") \
+            from None
+    if not isinstance(doc, dict):
+        raise LinkError(args.host, f"secret {args.secret_cmd}: unexpected answer")
+    if not doc.get("ok"):
+        print(f"gpuroom: {args.host}: {sanitize_line(str(doc.get('error')))}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc))
+    return 0
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))
