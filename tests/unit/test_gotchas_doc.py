@@ -293,17 +293,8 @@ def test_cli_help_cites_only_what_the_repo_explains() -> None:
 
 CLASSES = ("prevented", "detected", "partial", "out of scope")
 COVERED = ("prevented", "detected")
-# A row whose code is on an issue-19 branch not merged yet says so in "from"; the branch is in
-# once this file of it is, and from then on its rows are checked in full like main's.
-BRANCH_MARK = {"money2": "tui/rules/gate_items.py"}
-COUNT_RE = re.compile(r"prevented (\d+) \+ detected (\d+) = (\d+) of (\d+) in scope "
-                      r"\(partial (\d+), out of scope (\d+)\)")
-ALL_MERGED = "Counted:"
-MAIN_ALONE = "On main alone"
-
-
-def _merged(branch: str) -> bool:
-    return (ROOT / BRANCH_MARK[branch]).is_file()
+COUNT_RE = re.compile(r"^Counted: prevented (\d+) \+ detected (\d+) = (\d+) of (\d+) in scope "
+                      r"\(partial (\d+), out of scope (\d+)\)\.$", re.M)
 
 
 def coverage_text() -> str:
@@ -313,25 +304,24 @@ def coverage_text() -> str:
 
 
 def coverage_rows(text: str) -> list[list[str]]:
-    """The section's rows: [id, class, from, why]."""
+    """The section's rows: [id, class, why]."""
     return [_cells(line) for line in text.splitlines()
             if line.startswith("|") and not line.startswith(("| id |", "|---"))]
 
 
-def count(rows: list[list[str]], main_alone: bool) -> tuple[int, ...]:
-    """(prevented, detected, covered, in scope, partial, out of scope). With ``main_alone``
-    a row whose code is still on a branch counts as partial."""
-    classes = [c[1] if not (main_alone and c[2] != "main") else "partial" for c in rows]
-    n = {k: classes.count(k) for k in CLASSES}
-    in_scope = len(classes) - n["out of scope"]
-    return (n["prevented"], n["detected"], n["prevented"] + n["detected"], in_scope,
-            n["partial"], n["out of scope"])
+def count(rows: list[list[str]]) -> tuple[int, ...]:
+    """(prevented, detected, covered, in scope, partial, out of scope)."""
+    n = {k: sum(c[1] == k for c in rows) for k in CLASSES}
+    return (n["prevented"], n["detected"], n["prevented"] + n["detected"],
+            len(rows) - n["out of scope"], n["partial"], n["out of scope"])
 
 
 def _ref_problems(rel: str, name: str, where: str) -> list[str]:
     path = ROOT / rel
-    if not path.is_file():
+    if not path.exists():
         return [f"{where}: {rel} does not exist"]
+    if not name:
+        return []
     missing = [part for part in name.split(".") if part not in _defined_names(path)]
     return [f"{where}: {rel} defines no {name}"] if missing else []
 
@@ -339,21 +329,16 @@ def _ref_problems(rel: str, name: str, where: str) -> list[str]:
 def coverage_problems(text: str, catalogue: set[str]) -> list[str]:
     """Everything wrong with a "How much is covered" section, given the catalogue's ids."""
     rows = coverage_rows(text)
-    problems = [f"row of {len(c)} cells, not 4: {c}" for c in rows if len(c) != 4]
-    rows = [c for c in rows if len(c) == 4]
+    problems = [f"row of {len(c)} cells, not 3: {c}" for c in rows if len(c) != 3]
+    rows = [c for c in rows if len(c) == 3]
     ids = [c[0] for c in rows]
     problems += [f"{i} is classed {ids.count(i)} times" for i in sorted(set(ids))
                  if ids.count(i) > 1]
     problems += [f"{i} is not classed" for i in sorted(catalogue - set(ids))]
-    # An id a branch adds to the catalogue is classed here before the branch is in.
-    coming = {c[0] for c in rows if c[2] in BRANCH_MARK and not _merged(c[2])}
-    problems += [f"{i} is not in the catalogue" for i in sorted(set(ids) - catalogue - coming)]
-    for key, cls, origin, why in rows:
+    problems += [f"{i} is not in the catalogue" for i in sorted(set(ids) - catalogue)]
+    for key, cls, why in rows:
         if cls not in CLASSES:
             problems.append(f"{key}: class {cls!r} is none of {CLASSES}")
-        if origin != "main" and origin not in BRANCH_MARK:
-            problems.append(f"{key}: from {origin!r} is neither main nor {sorted(BRANCH_MARK)}")
-            continue
         refs = REF_RE.findall(why)
         code = [(p, n) for p, n in refs if n and not p.startswith("tests/")]
         tests = [(p, n) for p, n in refs if p.startswith("tests/") and n.startswith("test_")]
@@ -363,22 +348,13 @@ def coverage_problems(text: str, catalogue: set[str]) -> list[str]:
             problems.append(f"{key}: partial must say what is missing")
         if cls == "out of scope" and len(why) < 30:
             problems.append(f"{key}: out of scope must say why")
-        if origin == "main" or _merged(origin):
-            for rel, name in refs:
-                problems += _ref_problems(rel, name, key) if name else (
-                    [] if (ROOT / rel).exists() else [f"{key}: {rel} does not exist"])
-    stated = {line.split(":")[0] if line.startswith(ALL_MERGED) else MAIN_ALONE:
-              tuple(int(g) for g in m.groups())
-              for line in text.splitlines()
-              if line.startswith((ALL_MERGED, MAIN_ALONE)) and (m := COUNT_RE.search(line))}
-    wanted = {ALL_MERGED.rstrip(":"): count(rows, main_alone=False)}
-    if any(c[2] != "main" for c in rows):
-        wanted[MAIN_ALONE] = count(rows, main_alone=True)
-    for label, numbers in wanted.items():
-        if stated.get(label) != numbers:
-            p, d, s, n, part, out = numbers
-            problems.append(f"the {label!r} line must read: prevented {p} + detected {d} = {s} "
-                            f"of {n} in scope (partial {part}, out of scope {out})")
+        for rel, name in refs:
+            problems += _ref_problems(rel, name, key)
+    stated = [tuple(int(g) for g in m.groups()) for m in COUNT_RE.finditer(text)]
+    if stated != [count(rows)]:
+        p, d, s, n, part, out = count(rows)
+        problems.append(f"the count must be one line: Counted: prevented {p} + detected {d} = "
+                        f"{s} of {n} in scope (partial {part}, out of scope {out}).")
     return problems
 
 
@@ -392,39 +368,39 @@ def test_the_coverage_section_classes_every_entry_once_and_counts_itself() -> No
 
 
 def test_each_covered_row_names_a_test_function_that_exists() -> None:
-    """A test named on a row of main is a real function of a real test file, not a file only."""
+    """A test named on a row is a real function of a real test file, not a file only."""
     checked = 0
-    for key, cls, origin, why in coverage_rows(coverage_text()):
-        if cls in COVERED and origin == "main":
+    for key, cls, why in coverage_rows(coverage_text()):
+        if cls in COVERED:
             for rel, name in REF_RE.findall(why):
                 if rel.startswith("tests/"):
                     assert name.startswith("test_") and rel.rsplit("/", 1)[1].startswith("test_")
                     assert name in _defined_names(ROOT / rel), (key, rel, name)
                     checked += 1
-    assert checked > 40
+    assert checked > 60
 
 
 def test_the_count_check_catches_a_claimed_number_a_lost_id_and_an_unproved_row() -> None:
     text = coverage_text()
     catalogue = _catalogue_ids()
-    rows = coverage_rows(text)
-    p, d = count(rows, main_alone=False)[:2]
+    p, d = count(coverage_rows(text))[:2]
     claimed = text.replace(f"prevented {p} + detected {d} =", f"prevented {p + 1} + detected {d} =")
-    assert any("'Counted' line must read" in x for x in coverage_problems(claimed, catalogue))
+    assert claimed != text
+    assert any(x.startswith("the count must be") for x in coverage_problems(claimed, catalogue))
     lost = "\n".join(line for line in text.splitlines() if not line.startswith("| U31 |"))
     assert "U31 is not classed" in coverage_problems(lost, catalogue)
-    twice = text + "\n| U1 | prevented | main | again |\n"
+    twice = text + "\n| U1 | prevented | again |\n"
     assert "U1 is classed 2 times" in coverage_problems(twice, catalogue)
     unproved = text.replace(
-        "| U4 | prevented | main | `remote/queue.py::main` (kill and relaunch are separate helper "
+        "| U4 | prevented | `remote/queue.py::main` (kill and relaunch are separate helper "
         "requests); test `tests/system/test_queue_ssh.py::test_kill_and_relaunch_from_jump_host` |",
-        "| U4 | prevented | main | `remote/queue.py::main`; test "
+        "| U4 | prevented | `remote/queue.py::main`; test "
         "`tests/system/test_queue_ssh.py::test_no_such_test` |")
     assert unproved != text
     assert "U4: tests/system/test_queue_ssh.py defines no test_no_such_test" in \
         coverage_problems(unproved, catalogue)
-    vague = text.replace("| U8 | partial | main | profiles record `local_nvme`; missing:",
-                         "| U8 | detected | main | profiles record `local_nvme`; and:")
+    vague = text.replace("| U8 | partial | profiles record `local_nvme`; missing:",
+                         "| U8 | detected | profiles record `local_nvme`; and:")
     assert vague != text
     assert "U8: detected needs a `path::name` of the code and a test" in \
         coverage_problems(vague, catalogue)
