@@ -894,6 +894,9 @@ def _pause(paused: bool) -> Any:
 def _cmd_show(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue show")
     _common(parser)
+    parser.add_argument("--with-env", action="store_true",
+                        help="env values too: for the jump host's `queue move`, which re-adds "
+                             "the job elsewhere (never printed there)")
     parser.add_argument("job")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
@@ -906,6 +909,10 @@ def _cmd_show(argv: List[str]) -> int:
         return 1
     job = found[0]
     job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+    if args.with_env:  # the values the jump host sent with queue add, back over the link
+        events, _ = read_events(queue_dir(root, queue))
+        raw = fold(events, queue)["jobs"].get(args.job) or {}
+        job["env"] = dict(raw.get("env") or {})
     view["jobs"] = [job]
     view["ok"] = True
     _emit(view)

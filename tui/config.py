@@ -87,6 +87,12 @@ class HostConfig:
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
     # Young/Daly checkpoint cadence, principle 8).
     mtbf_hours: float | None = None
+    # Mirror running jobs' checkpoints home (tui/fleet/mirror.py); None: on where the profile
+    # says the box can vanish (spot), off elsewhere.
+    mirror: bool | None = None
+    # The box's work tree (absolute): `queue move` maps a moved job's cwd, argv and env paths
+    # under the old host's workdir to the new host's (tui/fleet/move.py map_path).
+    workdir: str | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
 
     @property
@@ -123,6 +129,10 @@ class HostConfig:
             out["stall_after_min"] = self.stall_after_min
         if self.mtbf_hours is not None:
             out["mtbf_hours"] = self.mtbf_hours
+        if self.mirror is not None:
+            out["mirror"] = self.mirror
+        if self.workdir is not None:
+            out["workdir"] = self.workdir
         return out
 
 
@@ -139,6 +149,10 @@ class Settings:
     notify_url: str | None = None
     # A critical item that stays is alerted again after this long (bell, command and URL).
     renotify_s: float = 3600.0
+    mirror_keep: int = 2  # checkpoints of each mirrored job kept home, newest first
+    mirror_bwlimit_kbps: int | None = None  # the mirror's pulls through rsync --bwlimit
+    # A job added with --failover is moved once its host has been DOWN this long
+    failover_after_s: float = 600.0
 
 
 @dataclass
@@ -170,7 +184,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
-              "mtbf_hours", "spot"}
+              "mtbf_hours", "spot", "mirror", "workdir"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -263,6 +277,18 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.spot = spot
         else:
             problems.append(f"spot must name the cloud: one of {', '.join(CLOUDS)}")
+    mirror = raw.get("mirror")
+    if mirror is not None:
+        if isinstance(mirror, bool):
+            host.mirror = mirror
+        else:
+            problems.append("mirror must be true or false")
+    workdir = raw.get("workdir")
+    if workdir is not None:
+        if isinstance(workdir, str) and workdir.startswith("/") and "\x00" not in workdir:
+            host.workdir = workdir.rstrip("/") or "/"
+        else:
+            problems.append('workdir must be an absolute path on the box, e.g. "/workspace"')
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host
@@ -302,11 +328,16 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
     if not isinstance(raw, dict):
         raise _err(path, "[settings]", "must be a table", "write it as [settings]")
     for key, value in raw.items():
-        if key in ("poll_interval_s", "down_after_s", "renotify_s"):
+        if key in ("poll_interval_s", "down_after_s", "renotify_s", "failover_after_s"):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
                            f"e.g. {key} = 5")
             setattr(settings, key, float(value))
+        elif key in ("mirror_keep", "mirror_bwlimit_kbps"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _err(path, f"[settings] {key}", "must be a whole number >= 1",
+                           f"e.g. {key} = {2 if key == 'mirror_keep' else 20000}")
+            setattr(settings, key, value)
         elif key == "ssh_config":
             if not isinstance(value, str):
                 raise _err(path, "[settings] ssh_config", "must be a path",
@@ -337,7 +368,8 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
         else:
             raise _err(path, f"[settings] {key}", "unknown key",
                        "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
-                       "bell, notify_command, notify_url, renotify_s)")
+                       "bell, notify_command, notify_url, renotify_s, mirror_keep, "
+                       "mirror_bwlimit_kbps, failover_after_s)")
     return settings
 
 

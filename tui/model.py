@@ -45,6 +45,22 @@ class PendingAction:
     attempt: int | None = None  # relaunch: the job's attempt when it was asked
 
 
+@dataclass(frozen=True)
+class MirrorHome:
+    """A job's newest checkpoint the mirror brought home, verified (tui/fleet/mirror.py);
+    a pull cut short never becomes one."""
+
+    host: str
+    job: str
+    step: int
+    file: str  # its name in the job's checkpoint dir (the box's text; made inert to show)
+    local_path: str
+    sha256: str
+    verified_by: str  # load | hash
+    box_mtime: float | None  # the box's clock when the file was committed
+    home_at: float  # the jump host's clock when it verified here
+
+
 @dataclass
 class HostState:
     """One host as the jump host last saw it."""
@@ -68,6 +84,8 @@ class HostState:
     polls_ok: int = 0
     polls_failed: int = 0
     pending: list[PendingAction] = field(default_factory=list)
+    mirrored: dict[str, MirrorHome] = field(default_factory=dict)  # by job id
+    moves: dict[str, str] = field(default_factory=dict)  # job id: "moved to B/j3", "from A/j7"
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""
