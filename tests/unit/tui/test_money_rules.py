@@ -157,6 +157,29 @@ def test_no_cpu_training_with_a_process_on_the_gpu_or_early_in_the_run() -> None
     assert found(None, early, "U31") == []
 
 
+def test_the_cpu_training_window_is_the_hosts_own() -> None:
+    empty = rec.vary(_idle_h100(), processes=[])
+    early = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 2 * MIN, 8192)])
+    # hosts.toml cpu_training_after_min = 1: two minutes with no process is enough.
+    (f,) = found(None, early, "U31", cpu_training_after_s=1 * MIN)
+    assert f.severity == "critical" and "running 2 min" in f.seen
+    late = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 10 * MIN, 8192)])
+    assert found(None, late, "U31", cpu_training_after_s=15 * MIN) == []
+
+
+def test_hosts_toml_sets_the_cpu_training_window_per_host(tmp_path: Any) -> None:
+    from gpuroom.tui.config import load
+
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.a]\nssh = "a"\ncpu_training_after_min = 2.5\n'
+                    '[hosts.b]\nssh = "b"\ncpu_training_after_min = 0\n[hosts.c]\nssh = "c"\n')
+    hosts = load(path).hosts
+    assert hosts["a"].cpu_training_after_s == 150.0 and hosts["a"].error is None
+    assert hosts["b"].error is not None
+    assert "cpu_training_after_min must be a number" in hosts["b"].error
+    assert hosts["c"].cpu_training_after_s is None  # the default, 5 min, applies
+
+
 # ------------------------------------------------------------------------- item 3: U22
 
 def _events(rel: str) -> list[dict[str, Any]]:
