@@ -76,6 +76,8 @@ PREEMPT_FIELDS: Dict[str, Tuple[Any, str]] = {
     "signalled": (int, "an integer")}
 # What a queued job of a paused queue says it waits for (``queue ls``, the room).
 PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
+# What a queued job of a spot box under a preemption notice says it waits for (U45).
+PREEMPT_WAIT = "preemption notice: not starting"
 # The states of a dependency (``add --after``) that fail the jobs waiting for it.
 DEPENDENCY_FAILED_STATES = ("failed", "killed", "removed")
 

@@ -115,3 +115,56 @@ def test_hosts_toml_spot_configures_the_queue_at_add_and_a_plain_host_does_not(
             assert ls["config"]["spot_cloud"] == want, (host, ls["config"])
     finally:
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+@pytest.mark.attack("faults", "a job is added to a spot box after its preemption notice: "
+                    "it is held, not started on a box that goes in two minutes")
+def test_a_job_added_after_a_notice_is_held_and_the_idle_runner_still_asks(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    up = sshd_box.home / "preempt-late.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:
+        meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        meta.notice = True  # the notice stands before any job runs
+        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
+                           "--spot", "aws", "--metadata-url", meta.url)
+        assert rc == 0 and doc["ok"], doc
+        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
+                           "--", "python3", "-c", JOB, str(up)[:-len(".up")])
+        assert rc == 0 and doc["ok"], doc
+        job = doc["job"]
+
+        def held() -> bool:
+            _rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+            (j,) = [j for j in ls["jobs"] if j["id"] == job]
+            return ls["preempt"] is not None and j.get("waiting") is not None
+
+        # Nothing runs, yet the runner asks the cloud: a queued job is at stake.
+        wait_for("the runner to record the notice and hold the job", held)
+        assert any("instance-action" in a for a in meta.asked)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    (j,) = [j for j in ls["jobs"] if j["id"] == job]
+    assert j["state"] == "queued" and not j.get("attempts")
+    assert j["waiting"] == "preemption notice: not starting"
+    assert ls["preempt"]["signalled"] == 0
+    assert not up.exists()
+    main(["--config", str(box_config), "doctor", "--json"])
+    (found,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "U45"]
+    assert found["severity"] == "critical" and "SIGUSR1 sent to 0 running job(s)" in found["seen"]
+
+
+def test_a_spot_box_with_no_notice_starts_a_queued_job(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    up = sshd_box.home / "preempt-none.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:  # 404: no notice
+        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
+                           "--spot", "aws", "--metadata-url", meta.url)
+        assert rc == 0 and doc["ok"], doc
+        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
+                           "--", "python3", "-c", JOB, str(up)[:-len(".up")])
+        assert rc == 0 and doc["ok"], doc
+        wait_for("the job to start", up.exists)
+        assert any("instance-action" in a for a in meta.asked)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert ls["preempt"] is None and ls["jobs"][-1]["state"] == "running"
