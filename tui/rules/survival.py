@@ -39,13 +39,13 @@ def preempt_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     return out
 
 
-def stop_surviving_paths(profile: Profile | None) -> list[str]:
-    """The profile's mounts that survive a stop, by a path the box can expand ("unknown" and
-    paths of mounts a stop wipes are left out)."""
+def stop_surviving_paths(profile: Profile | None, survives: bool = True) -> list[str]:
+    """The profile's mounts that survive a stop (``survives=False``: that a stop wipes, such
+    as Slurm's node-local $TMPDIR), by a path the box can expand ("unknown" left out)."""
     if profile is None:
         return []
     return [m.path for m in profile.mounts
-            if m.survives_stop is True and m.path.startswith(("/", "~", "$"))]
+            if m.survives_stop is survives and m.path.startswith(("/", "~", "$"))]
 
 
 def _inside(path: str, root: str) -> bool:
