@@ -173,6 +173,15 @@ def running(config: Path, job: str, states: tuple[str, ...] = ("running",)) -> N
     asyncio.run(poll())
 
 
+def sleeping_job(config: Path, capsys: pytest.CaptureFixture[str], gpus: str) -> str:
+    """A job asking for ``gpus`` that prints one line and sleeps (its pid the attempt's,
+    exec'd), once it runs."""
+    job: str = queue(config, capsys, "add", "box", "--gpus", gpus, "--",
+                     "sh", "-c", "echo up; exec sleep 120")["job"]
+    running(config, job)
+    return job
+
+
 async def watch_polls(config: Path, n: int, gap_s: float, *,
                       restart_runners: bool = False) -> tuple[FleetWatch, Fleet]:
     """``n`` polls of the box fed to the room's FleetWatch, as the room does."""
@@ -195,9 +204,7 @@ async def watch_polls(config: Path, n: int, gap_s: float, *,
 def test_a_hung_job_on_idle_gpus_is_a_stall_in_the_doctor_and_its_banner(
         money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
     config = money_box(stall_after_min=0.02, price_per_hour=2.0)  # 1.2 s
-    job = queue(config, capsys, "add", "box", "--gpus", "0", "--",
-                "sh", "-c", "echo loading; exec sleep 120")["job"]
-    running(config, job)
+    job = sleeping_job(config, capsys, "0")
     time.sleep(4.0)  # three thresholds with no write: critical
     doc = doctor(config, capsys)
     (stall,) = ids(doc, "U16")
@@ -276,9 +283,7 @@ def test_a_gpu_job_with_no_process_on_its_gpu_trains_on_the_cpu_over_sshd(
         money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
     # The replay's process table lists nothing: the job never reaches its GPU.
     config = money_box(cpu_training_after_min=0.02, price_per_hour=2.0)  # 1.2 s
-    job = queue(config, capsys, "add", "box", "--gpus", "1", "--",
-                "sh", "-c", "echo training; exec sleep 120")["job"]
-    running(config, job)
+    job = sleeping_job(config, capsys, "1")
     time.sleep(2.0)
     doc = doctor(config, capsys)
     (u31,) = ids(doc, "U31")
@@ -294,10 +299,9 @@ def test_a_gpu_job_with_no_process_on_its_gpu_trains_on_the_cpu_over_sshd(
 def test_a_gpu_job_whose_process_is_in_the_replays_list_is_not_on_the_cpu(
         money_box: Make, fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = money_box(cpu_training_after_min=0.02)
-    job = queue(config, capsys, "add", "box", "--gpus", "1", "--",
-                "sh", "-c", "echo training; exec sleep 120")["job"]
-    running(config, job)
+    job = sleeping_job(config, capsys, "1")
     (listed,) = queue(config, capsys, "ls", "box")["jobs"]
+    assert listed["id"] == job
     attempt = listed["attempts"][-1]
     (gpu,) = attempt["gpus"]
     # The table nvidia-smi prints from now on: the real 8x H100 capture, its process on the

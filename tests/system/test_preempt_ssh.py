@@ -45,6 +45,18 @@ def cli_json(capsys: pytest.CaptureFixture[str], config: Path, *argv: str
     return clijson.cli_json(capsys, "--config", str(config), *argv)
 
 
+def spot_job(capsys: pytest.CaptureFixture[str], config: Path, meta: Any, saved: str) -> str:
+    """The box's queue made an AWS spot queue asking ``meta``, and JOB added: its id."""
+    rc, doc = cli_json(capsys, config, "queue", "config", "box", "--json",
+                       "--spot", "aws", "--metadata-url", meta.url)
+    assert rc == 0 and doc["ok"], doc
+    rc, doc = cli_json(capsys, config, "queue", "add", "box", "--json", "--gpus", "0",
+                       "--", "python3", "-c", JOB, saved)
+    assert rc == 0 and doc["ok"], doc
+    job: str = doc["job"]
+    return job
+
+
 def wait_for(what: str, check: Any) -> None:
     deadline = time.monotonic() + WAIT_S
     while not check():
@@ -61,12 +73,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
     for p in (saved, up):
         sshd_box.run("rm", "-f", str(p))
     with metadata_server("aws") as meta:
-        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
-                           "--spot", "aws", "--metadata-url", meta.url)
-        assert rc == 0 and doc["ok"], doc
-        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
-                           "--", "python3", "-c", JOB, str(saved))
-        assert rc == 0 and doc["ok"], doc
+        spot_job(capsys, box_config, meta, str(saved))
         wait_for("the job to start", up.exists)
         # No notice yet (404): the runner asks, the job keeps running, no finding.
         wait_for("the runner to ask the endpoint",
@@ -74,6 +81,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
         assert any(a == "PUT /latest/api/token" for a in meta.asked)  # IMDSv2, token first
         assert not saved.exists()
         rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+        assert rc == 0, ls
         assert ls["preempt"] is None and ls["jobs"][0]["state"] == "running"
         # The notice: two minutes from now, as AWS gives.
         meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
@@ -81,6 +89,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
         wait_for("the job's save on SIGUSR1", saved.exists)
     assert saved.read_text() == "saved on SIGUSR1"
     rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
     assert ls["preempt"]["cloud"] == "aws" and ls["preempt"]["action"] == "terminate"
     assert ls["preempt"]["signalled"] == 1
     main(["--config", str(box_config), "doctor", "--json"])
@@ -126,13 +135,7 @@ def test_a_job_added_after_a_notice_is_held_and_the_idle_runner_still_asks(
     with metadata_server("aws") as meta:
         meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
         meta.notice = True  # the notice stands before any job runs
-        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
-                           "--spot", "aws", "--metadata-url", meta.url)
-        assert rc == 0 and doc["ok"], doc
-        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
-                           "--", "python3", "-c", JOB, str(up)[:-len(".up")])
-        assert rc == 0 and doc["ok"], doc
-        job = doc["job"]
+        job = spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
 
         def held() -> bool:
             _rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
@@ -143,6 +146,7 @@ def test_a_job_added_after_a_notice_is_held_and_the_idle_runner_still_asks(
         wait_for("the runner to record the notice and hold the job", held)
         assert any("instance-action" in a for a in meta.asked)
     rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
     (j,) = [j for j in ls["jobs"] if j["id"] == job]
     assert j["state"] == "queued" and not j.get("attempts")
     assert j["waiting"] == "preemption notice: not starting"
@@ -158,13 +162,9 @@ def test_a_spot_box_with_no_notice_starts_a_queued_job(
     up = sshd_box.home / "preempt-none.txt.up"
     sshd_box.run("rm", "-f", str(up))
     with metadata_server("aws") as meta:  # 404: no notice
-        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
-                           "--spot", "aws", "--metadata-url", meta.url)
-        assert rc == 0 and doc["ok"], doc
-        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
-                           "--", "python3", "-c", JOB, str(up)[:-len(".up")])
-        assert rc == 0 and doc["ok"], doc
+        spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
         wait_for("the job to start", up.exists)
         assert any("instance-action" in a for a in meta.asked)
     rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
     assert ls["preempt"] is None and ls["jobs"][-1]["state"] == "running"
