@@ -36,6 +36,7 @@ else:  # pragma: no cover - Python 3.10 jump hosts
     import tomli as tomllib
 
 GOTCHAS = ROOT / "docs" / "GOTCHAS.md"
+COVERAGE_HEADING = "\n## How much is covered\n"
 
 # A gotcha id: a known prefix and one or two digits, standing alone. The look-behind keeps
 # "GPU1" from reading as U1 and "SLURM_JOB" out; the look-ahead keeps "U123" out and treats
@@ -103,10 +104,15 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
 
 
+def catalogue_text() -> str:
+    """GOTCHAS.md up to its "How much is covered" section, which has tables of its own."""
+    return GOTCHAS.read_text(encoding="utf-8").split(COVERAGE_HEADING)[0]
+
+
 def doc_rows() -> list[list[str]]:
     """The id tables' rows: [id, what goes wrong, what covers it]."""
     rows = []
-    for line in GOTCHAS.read_text(encoding="utf-8").splitlines():
+    for line in catalogue_text().splitlines():
         if line.startswith("|") and not line.startswith(("| id |", "|---")):
             rows.append(_cells(line))
     return rows
@@ -208,7 +214,7 @@ def _defined_names(path: Path) -> set[str]:
 
 
 def test_every_file_and_name_the_document_points_at_exists() -> None:
-    refs = REF_RE.findall(GOTCHAS.read_text(encoding="utf-8"))
+    refs = REF_RE.findall(catalogue_text())
     assert len(refs) > 50
     problems = []
     for rel, name in refs:
@@ -279,3 +285,122 @@ def test_cli_help_cites_only_what_the_repo_explains() -> None:
     assert _foreign_citations(text, "--help", ROOT) == []
     assert _missing_citations(text, "--help") == []
     assert "docs/GOTCHAS.md" in text  # the doctor's help says where its ids are explained
+
+
+# ----------------------------------------------------------------------------- the coverage count
+# Issue 19's measure: "How much is covered" classes every entry above, and the count it states
+# is the one counted here, so the number cannot be claimed.
+
+CLASSES = ("prevented", "detected", "partial", "out of scope")
+COVERED = ("prevented", "detected")
+COUNT_RE = re.compile(r"^Counted: prevented (\d+) \+ detected (\d+) = (\d+) of (\d+) in scope "
+                      r"\(partial (\d+), out of scope (\d+)\)\.$", re.M)
+
+
+def coverage_text() -> str:
+    parts = GOTCHAS.read_text(encoding="utf-8").split(COVERAGE_HEADING)
+    assert len(parts) == 2, "docs/GOTCHAS.md needs one 'How much is covered' section"
+    return parts[1]
+
+
+def coverage_rows(text: str) -> list[list[str]]:
+    """The section's rows: [id, class, why]."""
+    return [_cells(line) for line in text.splitlines()
+            if line.startswith("|") and not line.startswith(("| id |", "|---"))]
+
+
+def count(rows: list[list[str]]) -> tuple[int, ...]:
+    """(prevented, detected, covered, in scope, partial, out of scope)."""
+    n = {k: sum(c[1] == k for c in rows) for k in CLASSES}
+    return (n["prevented"], n["detected"], n["prevented"] + n["detected"],
+            len(rows) - n["out of scope"], n["partial"], n["out of scope"])
+
+
+def _ref_problems(rel: str, name: str, where: str) -> list[str]:
+    path = ROOT / rel
+    if not path.exists():
+        return [f"{where}: {rel} does not exist"]
+    if not name:
+        return []
+    missing = [part for part in name.split(".") if part not in _defined_names(path)]
+    return [f"{where}: {rel} defines no {name}"] if missing else []
+
+
+def coverage_problems(text: str, catalogue: set[str]) -> list[str]:
+    """Everything wrong with a "How much is covered" section, given the catalogue's ids."""
+    rows = coverage_rows(text)
+    problems = [f"row of {len(c)} cells, not 3: {c}" for c in rows if len(c) != 3]
+    rows = [c for c in rows if len(c) == 3]
+    ids = [c[0] for c in rows]
+    problems += [f"{i} is classed {ids.count(i)} times" for i in sorted(set(ids))
+                 if ids.count(i) > 1]
+    problems += [f"{i} is not classed" for i in sorted(catalogue - set(ids))]
+    problems += [f"{i} is not in the catalogue" for i in sorted(set(ids) - catalogue)]
+    for key, cls, why in rows:
+        if cls not in CLASSES:
+            problems.append(f"{key}: class {cls!r} is none of {CLASSES}")
+        refs = REF_RE.findall(why)
+        code = [(p, n) for p, n in refs if n and not p.startswith("tests/")]
+        tests = [(p, n) for p, n in refs if p.startswith("tests/") and n.startswith("test_")]
+        if cls in COVERED and not (code and tests):
+            problems.append(f"{key}: {cls} needs a `path::name` of the code and a test")
+        if cls == "partial" and "missing:" not in why:
+            problems.append(f"{key}: partial must say what is missing")
+        if cls == "out of scope" and len(why) < 30:
+            problems.append(f"{key}: out of scope must say why")
+        for rel, name in refs:
+            problems += _ref_problems(rel, name, key)
+    stated = [tuple(int(g) for g in m.groups()) for m in COUNT_RE.finditer(text)]
+    if stated != [count(rows)]:
+        p, d, s, n, part, out = count(rows)
+        problems.append(f"the count must be one line: Counted: prevented {p} + detected {d} = "
+                        f"{s} of {n} in scope (partial {part}, out of scope {out}).")
+    return problems
+
+
+def _catalogue_ids() -> set[str]:
+    return {cells[0] for cells in doc_rows()}
+
+
+def test_the_coverage_section_classes_every_entry_once_and_counts_itself() -> None:
+    assert len(_catalogue_ids()) > 80
+    assert coverage_problems(coverage_text(), _catalogue_ids()) == []
+
+
+def test_each_covered_row_names_a_test_function_that_exists() -> None:
+    """A test named on a row is a real function of a real test file, not a file only."""
+    checked = 0
+    for key, cls, why in coverage_rows(coverage_text()):
+        if cls in COVERED:
+            for rel, name in REF_RE.findall(why):
+                if rel.startswith("tests/"):
+                    assert name.startswith("test_") and rel.rsplit("/", 1)[1].startswith("test_")
+                    assert name in _defined_names(ROOT / rel), (key, rel, name)
+                    checked += 1
+    assert checked > 60
+
+
+def test_the_count_check_catches_a_claimed_number_a_lost_id_and_an_unproved_row() -> None:
+    text = coverage_text()
+    catalogue = _catalogue_ids()
+    p, d = count(coverage_rows(text))[:2]
+    claimed = text.replace(f"prevented {p} + detected {d} =", f"prevented {p + 1} + detected {d} =")
+    assert claimed != text
+    assert any(x.startswith("the count must be") for x in coverage_problems(claimed, catalogue))
+    lost = "\n".join(line for line in text.splitlines() if not line.startswith("| U31 |"))
+    assert "U31 is not classed" in coverage_problems(lost, catalogue)
+    twice = text + "\n| U1 | prevented | again |\n"
+    assert "U1 is classed 2 times" in coverage_problems(twice, catalogue)
+    unproved = text.replace(
+        "| U4 | prevented | `remote/queue.py::main` (kill and relaunch are separate helper "
+        "requests); test `tests/system/test_queue_ssh.py::test_kill_and_relaunch_from_jump_host` |",
+        "| U4 | prevented | `remote/queue.py::main`; test "
+        "`tests/system/test_queue_ssh.py::test_no_such_test` |")
+    assert unproved != text
+    assert "U4: tests/system/test_queue_ssh.py defines no test_no_such_test" in \
+        coverage_problems(unproved, catalogue)
+    vague = text.replace("| U8 | partial | profiles record `local_nvme`; missing:",
+                         "| U8 | detected | profiles record `local_nvme`; and:")
+    assert vague != text
+    assert "U8: detected needs a `path::name` of the code and a test" in \
+        coverage_problems(vague, catalogue)
