@@ -45,6 +45,8 @@ XID13 = "dmesg_xid/gpud46-dmesg-ctime-xid13-xid109.txt"
 ONE_GPU = "query_gpu/rtx2060-driver460-csv-header.txt"
 # A real table whose processes box lists a compute process on every GPU (7-digit pids).
 WITH_PROCESSES = "nvsmi_table/driver535-8xH100-with-processes.txt"
+# A desktop's table: Xorg and gnome-shell (type G) on GPU 0, no compute process.
+DESKTOP = "nvsmi_table/driver460-gtx1080-with-processes.txt"
 WAIT_S = 30.0
 
 Make = Callable[..., Path]
@@ -293,6 +295,20 @@ def test_a_gpu_job_with_no_process_on_its_gpu_trains_on_the_cpu_over_sshd(
     assert any("trains on the CPU" in line for line in doc["banner"])
     # The same box with the default window (5 min): two seconds in, nothing is said yet.
     assert ids(doctor(_without(config, "cpu_training_after_min"), capsys), "U31") == []
+
+
+@pytest.mark.sshd
+def test_a_desktops_xorg_on_the_gpu_does_not_hide_cpu_training(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    # The real table of a desktop: Xorg and gnome-shell (type G) on GPU 0, nothing else.
+    config = money_box(gpus=(IDLE_GPUS[0], DESKTOP), cpu_training_after_min=0.02)
+    job = sleeping_job(config, capsys, "1")
+    (listed,) = queue(config, capsys, "ls", "box")["jobs"]
+    assert listed["attempts"][-1]["gpus"] == [0]  # display processes hold no GPU (GEN7)
+    time.sleep(2.0)
+    (u31,) = ids(doctor(config, capsys), "U31")
+    assert u31["severity"] == "critical" and f"job {job}" in u31["title"]
+    assert "no compute process on GPU 0" in u31["seen"]
 
 
 @pytest.mark.sshd

@@ -168,9 +168,10 @@ def _asked_gpus(job: Job) -> bool:
 
 
 def _gpuless(job: Job, snap: Snapshot) -> bool:
-    """The job's GPUs (all of them) idle with no process on any."""
+    """The job's GPUs (all of them) idle with no process on any; a desktop's display
+    processes (type G: Xorg, gnome-shell) hold the card whatever the job does."""
     gpus = job_gpus(job, snap)
-    return all(gpu_idle(g) and not g.processes for g in gpus)
+    return all(gpu_idle(g) and all(p.display_only for p in g.processes) for g in gpus)
 
 
 def _running_for(job: Job, snap: Snapshot) -> float | None:
@@ -216,7 +217,7 @@ def cpu_training_findings(host: str, prev: Snapshot | None, snap: Snapshot,
         gpus = job_gpus(job, snap)
         seen = (f"running {fmt_duration(ran)}; "
                 + ("no GPU on the box" if not gpus else
-                   "no process on GPU " + ", ".join(str(g.index) for g in gpus)
+                   "no compute process on GPU " + ", ".join(str(g.index) for g in gpus)
                    + " and at idle power"))
         out.append(Finding("U31", "critical", host, f"{job_label(job)} trains on the CPU",
                            seen, CPU_FIX))
