@@ -50,6 +50,7 @@ from .queue_events import (
     current_attempt,
     fold,
     iter_active,
+    preempt_over,
     queue_dir,
 )
 
@@ -760,10 +761,15 @@ class Runner:
         self.record_exit(job_id, act.attempt, status, act.start)
 
     # ----- spot notices (U45)
-    def preempt_notice_stands(self) -> bool:
-        """A notice was recorded in this boot: the box goes within the cloud's grace."""
+    def preempt_notice_seen(self) -> Optional[Dict[str, Any]]:
+        """The notice recorded in this boot, if any."""
         seen = self.state.get("preempt")
-        return isinstance(seen, dict) and seen.get("boot_id") == self.boot_id
+        return seen if isinstance(seen, dict) and seen.get("boot_id") == self.boot_id else None
+
+    def preempt_notice_stands(self) -> bool:
+        """This boot's notice, not yet over: the box goes within the cloud's grace."""
+        seen = self.preempt_notice_seen()
+        return seen is not None and not preempt_over(seen.get("at"), seen.get("t"), time.time())
 
     def check_preemption(self) -> None:
         """On a spot box with jobs running or waiting, ask the cloud at most every EVERY_S
@@ -776,7 +782,7 @@ class Runner:
                 or now - self.preempt_checked < preempt.EVERY_S:
             return
         self.preempt_checked = now
-        if self.preempt_notice_stands():
+        if self.preempt_notice_seen() is not None:
             return  # told and signalled already; the box goes down in seconds
         got = preempt.check(cloud, self.config("metadata_url"))
         if got["error"] != self.preempt_error:

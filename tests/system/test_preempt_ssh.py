@@ -168,3 +168,20 @@ def test_a_spot_box_with_no_notice_starts_a_queued_job(
     rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
     assert rc == 0, ls
     assert ls["preempt"] is None and ls["jobs"][-1]["state"] == "running"
+
+
+def test_a_notice_long_past_its_time_holds_nothing(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # The box is still up 20 min after the time AWS gave (a hibernated spot box resumed, a
+    # notice withdrawn): the notice is over, a queued job starts and the doctor is quiet.
+    up = sshd_box.home / "preempt-past.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:
+        meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1200))
+        meta.notice = True
+        spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
+        wait_for("the job to start", up.exists)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0 and ls["preempt"] is not None, ls  # seen and recorded, yet over
+    main(["--config", str(box_config), "doctor", "--json"])
+    assert [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "U45"] == []
