@@ -84,6 +84,8 @@ class HostConfig:
     spot: str | None = None  # a spot box of this cloud (aws | gcp | azure): notices (U45)
     # A running job with no sign of life this long on idle GPUs is stalled (issue 19 item 1).
     stall_after_min: float | None = None
+    # A running GPU job with no process on its idle GPUs this long trains on the CPU (U31).
+    cpu_training_after_min: float | None = None
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
     # Young/Daly checkpoint cadence, principle 8).
     mtbf_hours: float | None = None
@@ -102,6 +104,10 @@ class HostConfig:
     @property
     def stall_after_s(self) -> float | None:
         return None if self.stall_after_min is None else 60.0 * self.stall_after_min
+
+    @property
+    def cpu_training_after_s(self) -> float | None:
+        return None if self.cpu_training_after_min is None else 60.0 * self.cpu_training_after_min
 
     def to_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -127,6 +133,8 @@ class HostConfig:
             out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
         if self.stall_after_min is not None:
             out["stall_after_min"] = self.stall_after_min
+        if self.cpu_training_after_min is not None:
+            out["cpu_training_after_min"] = self.cpu_training_after_min
         if self.mtbf_hours is not None:
             out["mtbf_hours"] = self.mtbf_hours
         if self.mirror is not None:
@@ -184,7 +192,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
-              "mtbf_hours", "spot", "mirror", "workdir"}
+              "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -258,13 +266,8 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
                             "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
         else:
             host.rented_at = at
-    stall = raw.get("stall_after_min")
-    if stall is not None:
-        if isinstance(stall, (int, float)) and not isinstance(stall, bool) and stall > 0:
-            host.stall_after_min = float(stall)
-        else:
-            problems.append("stall_after_min must be a number of minutes > 0, e.g. "
-                            "stall_after_min = 45")
+    host.stall_after_min = _minutes(raw, "stall_after_min", 45, problems)
+    host.cpu_training_after_min = _minutes(raw, "cpu_training_after_min", 10, problems)
     mtbf = raw.get("mtbf_hours")
     if mtbf is not None:
         if isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool) and mtbf > 0:
@@ -292,6 +295,17 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host
+
+
+def _minutes(raw: dict[str, Any], key: str, example: int, problems: list[str]) -> float | None:
+    """A per-host threshold in minutes (> 0), or None when not given; a bad one is a problem."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    problems.append(f"{key} must be a number of minutes > 0, e.g. {key} = {example}")
+    return None
 
 
 def parse_rented_at(value: Any) -> float | None:

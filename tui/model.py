@@ -79,6 +79,8 @@ class HostState:
     price_per_hour: float | None = None
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
     stall_after_s: float | None = None  # hosts.toml stall_after_min: a hung job's threshold
+    # hosts.toml cpu_training_after_min: how long a GPU job may have no process on its GPUs.
+    cpu_training_after_s: float | None = None
     mtbf_s: float | None = None  # hosts.toml mtbf_hours: the box's mean time to interruption
     spot: str | None = None  # hosts.toml spot: the cloud of a spot box (U45)
     polls_ok: int = 0

@@ -354,6 +354,8 @@ async def _run(args: argparse.Namespace) -> int:
             host = _host(args)
             for path in stop_surviving_paths(_profile(host)):
                 opts.append(f"--survives={path}")
+            for path in stop_surviving_paths(_profile(host), survives=False):
+                opts.append(f"--node-local={path}")
             if host is not None and host.spot:
                 opts.append(f"--spot={host.spot}")
             doc = _json_or_fail(args.host, "add", await link.helper(
