@@ -253,6 +253,13 @@ def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_la
 
 
 @pytest.mark.attack("faults", "a --failover job's box stays down: moved, then fenced on return")
+def _doctor(state: Any) -> list[Any]:
+    from gpuroom.tui.rules.doctor import diagnose
+
+    return diagnose(None, state.view, state.state, None, time.time(), host=state.name,
+                    last_ok=state.last_ok, moves=state.moved)
+
+
 def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when_back(
         sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
@@ -297,11 +304,21 @@ def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when
                 state = await fleet.poll_host("boxa")
                 assert state.state is not LinkState.UP
                 await asyncio.sleep(0.3)
+            # The doctor explains the move, from the records the model holds, while boxa
+            # is still down: not fenced yet.
+            [said] = [f for f in _doctor(fleet.state("boxa")) if "moved" in f.title]
+            assert said.severity == "warn" and "not fenced yet" in said.title
+            assert "moved from boxa to boxb/" in said.title, said
+            assert fleet.state("boxb").moves  # its queue says "from boxa/j..." at once
             # back: the next good poll kills the old copy
             sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
             while not any(o.status == "fenced" for o in heard):
                 assert time.monotonic() < deadline, heard
                 await fleet.poll_host("boxa")
+                await asyncio.sleep(0.3)
+            while not any("fenced at" in f.title for f in _doctor(fleet.state("boxa"))):
+                assert time.monotonic() < deadline
+                await fleet.poll_host("boxa")  # a poll that shows the old copy ended
                 await asyncio.sleep(0.3)
         finally:
             await fleet.close()
@@ -315,4 +332,9 @@ def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when
     moved = wait_job(capsys, two_hosts, "boxb", move.dst_job, "running")["jobs"][0]
     assert (Path(moved["ckpt_dir"]) / newest.name).read_bytes() == newest.read_bytes()
     wait_job(capsys, two_hosts, "boxa", job, "killed")  # fenced: it never runs twice
+    # `gpuroom doctor` says it too, from the same records.
+    _rc, out, _ = cli(capsys, "--config", str(two_hosts), "doctor", "boxa", "--json")
+    titles = [f["title"] for f in json.loads(out)["findings"]]
+    assert any(f"{job} moved from boxa to boxb/{move.dst_job} after boxa was down" in t
+               and "boxa's copy fenced at" in t for t in titles), titles
     cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", move.dst_job)

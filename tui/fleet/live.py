@@ -20,7 +20,7 @@ from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.mirror import FAILOVER_ENV, Mirror, MirrorOutcome, MirrorState
-from gpuroom.tui.fleet.move import Lineage, move_job
+from gpuroom.tui.fleet.move import Lineage, lineage_text, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -248,7 +248,6 @@ class Fleet(PendingLedger):
                 self.retire_confirmed(state)
                 if self.mirror is not None:
                     state.mirrored = self.mirror.homes(name)
-                    state.moves = Lineage(self.mirror.state).for_host(name)
                     self.mirror.observe(name, view)
         if self.mirror is not None and state.state is LinkState.UP and state.view is not None:
             # Before any dead runner is restarted: a job moved away while this host was
@@ -256,11 +255,23 @@ class Fleet(PendingLedger):
             await self._fence(name, state.view)
         elif self.mirror is not None and state.state is LinkState.DOWN:
             await self._failover(name)
+        self._note_moves(name)  # after a fence or a failover: the doctor says each (GEN8)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    def _lineage(self) -> Lineage:
+        return Lineage(self.mirror.state if self.mirror is not None else MirrorState())
+
+    def _note_moves(self, name: str) -> None:
+        """``name``'s moves as the model holds them: the queues' lineage text and the
+        records the doctor explains (tui/rules/moves.py); `gpuroom doctor` reads them too."""
+        moved = self._lineage().involving(name)
+        state = self._states[name]
+        state.moved = moved
+        state.moves = lineage_text(name, moved)
 
     async def _fence(self, name: str, view: SnapshotView) -> None:
         """Kill (or remove, if queued) each job of ``name`` that `queue move` took elsewhere
@@ -270,7 +281,7 @@ class Fleet(PendingLedger):
         for move in lineage.fences(name):
             job = next((j for j in view.jobs if j.id == move.src_job), None)
             if job is None or job.state not in LIVE_STATES:
-                lineage.fenced(move)
+                lineage.fenced(move, at=self.clock())
                 continue
             verb = "remove" if job.state == "queued" else "kill"
             try:
@@ -311,11 +322,13 @@ class Fleet(PendingLedger):
                 continue
             try:
                 move = await move_job(self.link(name), self.link(up[0]), job.id,
-                                      settings=self.config.settings, state=self.mirror.state)
+                                      settings=self.config.settings, state=self.mirror.state,
+                                      down_s=now - state.last_ok)
             except GpuroomError as exc:
                 self._mirrored(MirrorOutcome(name, job.id, "failed", None,
                                              f"failover to {up[0]}: {exc}"))
                 continue
+            self._note_moves(up[0])  # its queue shows "from A/j7" before its next poll
             self._mirrored(MirrorOutcome(
                 name, job.id, "failover", move.step,
                 f"{name} DOWN {now - state.last_ok:.0f} s: {move.line}; the copy on {name} "
