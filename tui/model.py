@@ -77,6 +77,7 @@ class Move:
     fence: bool = False
     auto: bool = False  # a failover the fleet made, not a `queue move` someone asked for
     down_s: float | None = None  # a failover: how long the source host had been down
+    why: str | None = None  # a failover of a box that came back wiped: what was seen
     fenced_at: float | None = None  # when a poll of the source showed its copy ended
 
     @property

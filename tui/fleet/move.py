@@ -178,9 +178,11 @@ def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str]
 async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
                    state: MirrorState | None = None,
                    say: Callable[[str], None] = lambda _line: None,
-                   down_s: float | None = None) -> Move:
+                   down_s: float | None = None, why: str | None = None) -> Move:
     """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc.
-    ``down_s``: a failover the fleet makes, after the source was down that long."""
+    ``down_s``, ``why``: a failover the fleet makes, after the source was down that long, or
+    because of what ``why`` says (it came back wiped)."""
+    auto = down_s is not None or why is not None
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
     # The new host first: a job is never killed for a move that cannot land.
@@ -202,17 +204,19 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
         _check_home(home)
         new_job = await _add_paused(dst_link, cached.jobs[0], src, home, say=say)
         move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
-                    fence=True, auto=down_s is not None, down_s=down_s)
+                    fence=True, auto=auto, down_s=down_s, why=why)
         Lineage(state).add(move)
         return move
+    fenced_at = None
     if spec.state in LIVE_STATES:
         await _ask(src_link, "kill", "--", job)
         say(f"{src.name}/{job}: killed; waiting for it to end")
         spec = await _ended(src_link, job, KILL_WAIT_S)
+        fenced_at = time.time()
     home = await _bring_home(src_link, spec, settings=settings, state=state, say=say)
     new_job = await _add_paused(dst_link, spec, src, home, say=say)
     move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
-                auto=down_s is not None, down_s=down_s)
+                auto=auto, down_s=down_s, why=why, fenced_at=fenced_at)
     Lineage(state).add(move)
     return move
 

@@ -40,8 +40,10 @@ def move_findings(host: str, moves: Iterable[Move], now: float) -> list[Finding]
         if not m.fence and now - (m.fenced_at or m.at) > SAID_FOR_S:
             continue
         job, dst = fmt_text(m.src_job), f"{m.dst_host}/{fmt_text(m.dst_job)}"
-        down = f" after {host} was down {fmt_duration(m.down_s)}" if m.down_s is not None \
-            else ""
+        if m.down_s is not None:
+            down = f" after {host} was down {fmt_duration(m.down_s)}"
+        else:
+            down = f" after {fmt_text(m.why)}" if m.why else ""
         if m.fence:
             fenced = f"{host}'s copy not fenced yet"
         elif m.fenced_at is not None:

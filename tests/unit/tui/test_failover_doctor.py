@@ -79,3 +79,11 @@ def test_enter_job_detail_shows_the_lineage_the_i_detail_shows() -> None:
     assert ("moved", "from a/j7") in rows
     assert "moved: from a/j7" in detail_lines(view.jobs[0], T0, lineage="from a/j7")
     assert not any(label == "moved" for label, _ in detail_rows(view.jobs[0], T0))
+
+
+def test_a_failover_of_a_box_that_came_back_wiped_says_what_was_seen() -> None:
+    wiped = Move("a", "j7", "b", "j3", 40, T0, auto=True, fenced_at=T0,
+                 why="a came back wiped (a new boot, and ckpt step 40 is gone)")
+    [f] = move_findings("a", [wiped], T0 + 1)
+    assert f.severity == "info"
+    assert f.title.startswith("j7 moved from a to b/j3 after a came back wiped (a new boot")
