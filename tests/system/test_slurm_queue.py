@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any
 import pytest
 import tomli_w
 from harness import slurm as slurm_harness
+from harness.boxenv import job_python
 from paths import ROOT
 
 from gpuroom.tui import config as cfg
@@ -90,22 +88,6 @@ def wait_job(capsys: pytest.CaptureFixture[str], config: Path, job: str, states:
         assert found is None or found["state"] not in FINAL, found
         assert time.monotonic() < deadline, f"{job} not in {states} after {timeout:.0f}s: {found}"
         time.sleep(0.5)
-
-
-def job_python(box: Any) -> tuple[str, str]:
-    """(python, PYTHONPATH) with which the test user can import torch from our venv.
-
-    The venv's own interpreter may live where the test user cannot go (pyenv under /root);
-    the same minor version elsewhere can load the venv's site-packages.
-    """
-    site = sysconfig.get_paths()["purelib"]
-    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
-    for python in dict.fromkeys(candidates):
-        probe = box.run("env", f"PYTHONPATH={site}", python, "-c",
-                        "import sys, torch; print(sys.version_info[:2])")
-        if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
-            return python, site
-    pytest.skip(f"no python the test user can run imports torch from {site}")
 
 
 @pytest.fixture(scope="module")
