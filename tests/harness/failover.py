@@ -56,6 +56,7 @@ def box_config(topo: TwoBoxTopology, work: Path, failover_after_s: float) -> Pat
         "settings": {"ssh_config": str(topo.ssh_config), "failover_after_s": failover_after_s,
                      "down_after_s": min(1.0, failover_after_s)},
         "hosts": hosts}).encode())
+    config.chmod(0o600)
     return config
 
 
@@ -118,6 +119,7 @@ class Failover:
     times: dict[str, float] = field(default_factory=dict)
     step_at_loss: int | None = None  # the last step a printed before it was lost
     home_step: int = 0  # the newest step the mirror had home then
+    home_bytes: int = 0  # its size: what the move pushes to b
 
     @property
     def move(self) -> MirrorOutcome:
@@ -174,6 +176,7 @@ async def lose_box_a(config: Path, topo: TwoBoxTopology, job: str, *, cut_after_
         signal_all(frozen, signal.SIGSTOP)
         run.times["lost"] = time.monotonic()
         run.home_step = home_step()
+        run.home_bytes = Path(mirror.homes("boxa")[job].local_path).stat().st_size
         run.step_at_loss = last_step(log_path.read_text())
         await _poll_until(fleet, ("boxb", "boxa"),
                           lambda: any(o.status == "failover" for o in run.heard), "failover")
