@@ -29,7 +29,6 @@ os.environ.setdefault("GPUROOM_TEST_USER", "gpuroombench")
 from _report import machine, write_section  # noqa: E402
 
 from tests.harness import failover as scenario  # noqa: E402
-from tests.harness.boxenv import job_python  # noqa: E402
 from tests.harness.netns import missing_requirements, two_box_topology  # noqa: E402
 from tests.harness.sshd import ClientIdentity, ensure_test_user  # noqa: E402
 
@@ -45,11 +44,8 @@ def one(identity: ClientIdentity, after_s: float) -> dict[str, float]:
     os.environ["XDG_DATA_HOME"] = str(work / "data")
     try:
         with two_box_topology(identity) as topo:
-            config = scenario.box_config(topo, work, failover_after_s=after_s)
-            python, site = job_python(topo)
-            job = scenario.add_job(config, python, site, steps=STEPS, save_every=SAVE_EVERY,
-                                   step_sleep_s=STEP_SLEEP_S)
-            log = Path(scenario.wait_state(config, "boxa", job, ("running",))["log"])
+            config, job, log = scenario.start(topo, work, failover_after_s=after_s, steps=STEPS,
+                                              save_every=SAVE_EVERY, step_sleep_s=STEP_SLEEP_S)
             run = asyncio.run(scenario.lose_box_a(config, topo, job,
                                                   cut_after_step=CUT_AFTER_STEP, log_path=log))
             scenario.wait_state(config, "boxb", run.new_job, ("succeeded", "failed"))

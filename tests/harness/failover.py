@@ -26,7 +26,7 @@ from gpuroom.tui.cli.main import main
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.mirror import MirrorOutcome
 
-from .boxenv import python_with_env
+from .boxenv import job_python, python_with_env
 from .netns import TwoBoxTopology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +97,16 @@ def add_job(config: Path, python: str, site: str, *, steps: int, save_every: int
         f"PYTHONPATH={site}", "--cwd", str(ROOT), "boxa", "--", python, str(EXAMPLE),
         "--steps", str(steps), "--save-every", str(save_every), "--sleep-per-step",
         str(step_sleep_s))["job"])
+
+
+def start(topo: TwoBoxTopology, work: Path, *, failover_after_s: float, steps: int,
+          save_every: int, step_sleep_s: float) -> tuple[Path, str, Path]:
+    """hosts.toml, the job added on boxa and its log's path once it runs."""
+    config = box_config(topo, work, failover_after_s)
+    python, site = job_python(topo)
+    job = add_job(config, python, site, steps=steps, save_every=save_every,
+                  step_sleep_s=step_sleep_s)
+    return config, job, Path(wait_state(config, "boxa", job, ("running",))["log"])
 
 
 def signal_all(pids: list[int], sig: int) -> None:

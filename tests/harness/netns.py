@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from . import procs
 from .sshd import (
@@ -322,23 +323,6 @@ def _pick_pair_index() -> int:
     raise RuntimeError(f"no free /24 pair in {SUPERNET} after {SUBNET_PICK_ATTEMPTS} tries")
 
 
-@contextlib.contextmanager
-def jump_topology(identity: ClientIdentity) -> Iterator[JumpTopology]:
-    """Build a JumpTopology and always tear it down, even when building fails half-way."""
-    topo = JumpTopology(
-        identity=identity,
-        workdir=Path(tempfile.mkdtemp(prefix="gpuroom-netns-")),
-        suffix=secrets.token_hex(3),
-        pair_index=_pick_pair_index(),
-    )
-    topo.workdir.chmod(0o711)
-    try:
-        topo.build()
-        yield topo
-    finally:
-        topo.teardown()
-
-
 @dataclass
 class TwoBoxTopology(SshClient):
     """Two boxes, each alone in its namespace behind its own veth and /24 from root (issue 21
@@ -461,12 +445,15 @@ class TwoBoxTopology(SshClient):
                                + "; ".join(errors))
 
 
+_Topology = TypeVar("_Topology", "JumpTopology", "TwoBoxTopology")
+
+
 @contextlib.contextmanager
-def two_box_topology(identity: ClientIdentity) -> Iterator[TwoBoxTopology]:
-    """Build a TwoBoxTopology and always tear it down, even when building fails half-way."""
-    topo = TwoBoxTopology(
+def _built(kind: type[_Topology], identity: ClientIdentity, prefix: str) -> Iterator[_Topology]:
+    """Build a topology and always tear it down, even when building fails half-way."""
+    topo = kind(
         identity=identity,
-        workdir=Path(tempfile.mkdtemp(prefix="gpuroom-netns2-")),
+        workdir=Path(tempfile.mkdtemp(prefix=prefix)),
         suffix=secrets.token_hex(3),
         pair_index=_pick_pair_index(),
     )
@@ -477,6 +464,17 @@ def two_box_topology(identity: ClientIdentity) -> Iterator[TwoBoxTopology]:
     finally:
         topo.teardown()
 
+
+def jump_topology(identity: ClientIdentity) -> contextlib.AbstractContextManager[JumpTopology]:
+    """Build a JumpTopology and always tear it down, even when building fails half-way."""
+    return _built(JumpTopology, identity, "gpuroom-netns-")
+
+
+def two_box_topology(
+    identity: ClientIdentity,
+) -> contextlib.AbstractContextManager[TwoBoxTopology]:
+    """Build a TwoBoxTopology and always tear it down, even when building fails half-way."""
+    return _built(TwoBoxTopology, identity, "gpuroom-netns2-")
 
 __all__ = [
     "SUPERNET",

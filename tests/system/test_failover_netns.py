@@ -22,7 +22,6 @@ import pytest
 torch = pytest.importorskip("torch")
 from harness import failover as scenario  # noqa: E402
 from harness import netns  # noqa: E402
-from harness.boxenv import job_python  # noqa: E402
 from harness.sshd import ClientIdentity  # noqa: E402
 from harness.torchtree import assert_tree_equal  # noqa: E402
 
@@ -65,11 +64,8 @@ def test_a_lost_box_fails_over_from_the_mirror_and_ends_bit_exact(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    config = scenario.box_config(two_boxes, tmp_path, failover_after_s=2.0)
-    python, site = job_python(two_boxes)
-    job = scenario.add_job(config, python, site, steps=STEPS, save_every=SAVE_EVERY,
-                           step_sleep_s=STEP_SLEEP_S)
-    log = Path(scenario.wait_state(config, "boxa", job, ("running",))["log"])
+    config, job, log = scenario.start(two_boxes, tmp_path, failover_after_s=2.0, steps=STEPS,
+                                      save_every=SAVE_EVERY, step_sleep_s=STEP_SLEEP_S)
     run = asyncio.run(scenario.lose_box_a(config, two_boxes, job,
                                           cut_after_step=CUT_AFTER_STEP, log_path=log))
     move = run.move
