@@ -143,13 +143,31 @@ def leftovers(namespaces: tuple[str, ...], links: tuple[str, ...], metric: int) 
 
 
 @dataclass
-class JumpTopology(SshClient):
-    """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
+class _Namespaced(SshClient):
+    """What both topologies have: their files' dir, their names' suffix, their /24 pair."""
 
     identity: ClientIdentity
     workdir: Path
     suffix: str
     pair_index: int  # picks the two /24s and the route metric
+
+    @property
+    def route_metric(self) -> int:
+        return ROUTE_METRIC_BASE + self.pair_index
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.workdir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.workdir / "known_hosts"
+
+
+@dataclass
+class JumpTopology(_Namespaced):
+    """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
+
     jump_alias: str = "jump"
     box_alias: str = "box-via-jump"
     jump_sshd: SshdServer | None = field(default=None, repr=False)
@@ -193,18 +211,6 @@ class JumpTopology(SshClient):
     @property
     def box_ip(self) -> str:
         return f"{self.inner_subnet}.2"
-
-    @property
-    def route_metric(self) -> int:
-        return ROUTE_METRIC_BASE + self.pair_index
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.workdir / "known_hosts"
 
     # -- build and tear down -------------------------------------------------------------------
     def _add_safety_route(self) -> None:
@@ -324,7 +330,7 @@ def _pick_pair_index() -> int:
 
 
 @dataclass
-class TwoBoxTopology(SshClient):
+class TwoBoxTopology(_Namespaced):
     """Two boxes, each alone in its namespace behind its own veth and /24 from root (issue 21
     item 4: a job fails over from box a to box b when a's link is cut).
 
@@ -337,10 +343,6 @@ class TwoBoxTopology(SshClient):
     live in its namespace.
     """
 
-    identity: ClientIdentity
-    workdir: Path
-    suffix: str
-    pair_index: int
     servers: dict[str, SshdServer] = field(default_factory=dict, repr=False)
     _route_added: bool = field(default=False, repr=False)
 
@@ -362,18 +364,6 @@ class TwoBoxTopology(SshClient):
 
     def alias(self, box: str) -> str:
         return f"box{box}"
-
-    @property
-    def route_metric(self) -> int:
-        return ROUTE_METRIC_BASE + self.pair_index
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.workdir / "known_hosts"
 
     @property
     def default_alias(self) -> str:
