@@ -87,6 +87,7 @@ class HostConfig:
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
     # Young/Daly checkpoint cadence, principle 8).
     mtbf_hours: float | None = None
+    code: str | None = None  # the user's own tree of what runs on this box (U42)
     error: str | None = None  # set when this host cannot be used; the others still work
 
     @property
@@ -123,6 +124,8 @@ class HostConfig:
             out["stall_after_min"] = self.stall_after_min
         if self.mtbf_hours is not None:
             out["mtbf_hours"] = self.mtbf_hours
+        if self.code:
+            out["code"] = self.code
         return out
 
 
@@ -169,7 +172,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at", "stall_after_min",
+              "teardown_command", "python", "rented_at", "stall_after_min", "code",
               "mtbf_hours", "spot"}
 
 
@@ -224,6 +227,13 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.pull_to = pull_to
         else:
             problems.append("pull_to must be a directory path")
+    code = raw.get("code")
+    if code is not None:
+        if isinstance(code, str) and code and "\n" not in code:
+            host.code = code
+        else:
+            problems.append("code must be the path of your own tree of this box's code, e.g. "
+                            "code = \"~/src/proj\"")
     teardown = raw.get("teardown_command")
     if teardown is not None:
         if isinstance(teardown, list) and teardown and all(isinstance(a, str) for a in teardown):

@@ -64,6 +64,7 @@ class HostState:
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
     stall_after_s: float | None = None  # hosts.toml stall_after_min: a hung job's threshold
     mtbf_s: float | None = None  # hosts.toml mtbf_hours: the box's mean time to interruption
+    code: str | None = None  # hosts.toml code: the user's tree, compared at launch (U42)
     spot: str | None = None  # hosts.toml spot: the cloud of a spot box (U45)
     polls_ok: int = 0
     polls_failed: int = 0

@@ -124,7 +124,7 @@ class Fleet(PendingLedger):
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
                               rented_at=h.rented_at, stall_after_s=h.stall_after_s,
-                              mtbf_s=h.mtbf_s, spot=h.spot,
+                              mtbf_s=h.mtbf_s, spot=h.spot, code=h.code,
                               error=h.error)
             for h in self._hosts.values()
         }
