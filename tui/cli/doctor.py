@@ -11,7 +11,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -24,10 +23,8 @@ from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.banner import Danger, failed_job_dangers, fleet_dangers
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
-from gpuroom.tui.rules.drift import script_rel_paths, tree_drift_findings
 from gpuroom.tui.rules.gate import Record
 from gpuroom.tui.rules.watch import cached_profile
-from gpuroom.tui.transport.localcode import read_tree
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -57,20 +54,11 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
         findings += diagnose(None, s.view, s.state, profile, now,
                              host=s.name, error=s.error, last_ok=s.last_ok,
                              price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
-                             mtbf_s=s.mtbf_s)
-        findings += tree_findings(s)
+                             mtbf_s=s.mtbf_s, local=s.local_code)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour, records=records, spot=s.spot)
     return findings, clocks
-
-
-def tree_findings(s: HostState) -> list[Finding]:
-    """U42 for a host with a ``code`` tree: its running jobs against the user's tree."""
-    if not s.code or s.state is not LinkState.UP or s.view is None:
-        return []
-    paths = sorted({p for job in s.view.jobs for p in script_rel_paths(job)})
-    return tree_drift_findings(s.name, s.view, read_tree(Path(s.code), paths))
 
 
 def exit_code(states: list[HostState], findings: list[Finding]) -> int:

@@ -22,6 +22,7 @@ from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
+from gpuroom.tui.rules.drift import script_rel_paths
 from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job as JobView
@@ -29,6 +30,7 @@ from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.localcode import read_tree
 
 if TYPE_CHECKING:
     from gpuroom.tui.rules.gate import GateResult
@@ -232,6 +234,10 @@ class Fleet(PendingLedger):
                 assert view is not None
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
+                if state.code:
+                    # The user's tree, read once per good poll for the U42 rule (git, off loop).
+                    paths = sorted({p for job in view.jobs for p in script_rel_paths(job)})
+                    state.local_code = await asyncio.to_thread(read_tree, Path(state.code), paths)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:

@@ -8,7 +8,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from gpuroom.tui import config as cfg
+from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.rules.doctor import diagnose_fleet
 from gpuroom.tui.rules.drift import LocalCode, code_verdict, script_rel_paths, tree_drift_findings
+from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.snapshot import Job, Snapshot
 from gpuroom.tui.transport.localcode import read_tree
 
@@ -105,3 +109,28 @@ def test_no_recorded_facts_is_no_claim() -> None:
     j = Job.read({"id": "j1", "state": "running", "attempts": [{"attempt": 1}]})
     same, _ = code_verdict(j, LocalCode("/t", "a" * 40, False, {}))
     assert same is None
+
+
+def test_the_room_and_the_doctor_warn_from_the_fleets_read_of_the_tree(tmp_path: Path) -> None:
+    old = make_repo(tmp_path / "proj")
+    (tmp_path / "proj" / "train.py").write_bytes(b"print('fixed')\n")
+    git(tmp_path / "proj", "commit", "-qam", "the fix")
+    ahead = read_tree(tmp_path / "proj", ["train.py"])
+    for local, expected in ((None, []), (ahead, ["U42"])):
+        state = HostState(name="box", state=LinkState.UP, snapshot=box(raw_job(old)),
+                          last_try=1.0, last_ok=1.0, local_code=local)
+        watch = FleetWatch()
+        watch.observe(state, 2.0)  # the room's path
+        assert [f.id for f in watch.findings() if f.id == "U42"] == expected
+        doctor = diagnose_fleet([state], {}, {}, 2.0)  # the doctor's path
+        assert [f.id for f in doctor if f.id == "U42"] == expected
+
+
+def test_hosts_toml_code_is_read_written_back_and_a_bad_one_is_that_hosts_error(
+        tmp_path: Path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.a]\nssh = "a"\ncode = "~/src/proj"\n[hosts.b]\nssh = "b"\ncode = 3\n')
+    hosts = cfg.load(path).hosts
+    assert hosts["a"].error is None and hosts["a"].code == "~/src/proj"
+    assert hosts["a"].to_toml()["code"] == "~/src/proj"
+    assert hosts["b"].error is not None and "code must be" in hosts["b"].error
