@@ -12,10 +12,12 @@ from typing import Any
 
 import platformdirs
 
+from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
+from gpuroom.tui.rules.survival import destroy_wiped_mounts, teardown_destroys
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import (
     Job,
@@ -77,9 +79,24 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
     return out
 
 
+def watched_mounts(host: HostConfig) -> list[str]:
+    """The host's own mounts, then each mount its profile names by a path the box can
+    statvfs (absolute or ~; "unknown" and $VAR paths are not), so the volume that must
+    survive a stop is watched without listing it in hosts.toml."""
+    out = list(host.mounts)
+    profile = _profile(host)
+    if profile is None:
+        return out  # "local" and unknown names: hosts.toml says why elsewhere
+    for m in profile.mounts:
+        if m.path.startswith(("/", "~")) and "$" not in m.path and m.path not in out:
+            out.append(m.path)
+    return out
+
+
 async def check_gate(link: HostLink) -> GateResult:
     """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
-    snapshot = read_snapshot(await link.poll({}))
+    # The profile's mounts watched as the fleet does, so ~ resolves for the destroy check.
+    snapshot = read_snapshot(await link.poll({"mounts": watched_mounts(link.host)}))
     jobs = await queue_jobs(link)
     outputs: dict[str, list[dict[str, Any]] | None] = {}
     for job in jobs:
@@ -97,7 +114,16 @@ async def check_gate(link: HostLink) -> GateResult:
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
                     expected_helper_sha=link.archive.sha256,
-                    run_dirs=await run_dirs(link, jobs))
+                    run_dirs=await run_dirs(link, jobs),
+                    wiped=destroy_wiped_mounts(_profile(link.host), snapshot)
+                    if teardown_destroys(link.host.teardown_command) else ())
+
+
+def _profile(host: HostConfig) -> Profile | None:
+    try:
+        return load_profile(host.profile)
+    except ProfileError:
+        return None  # "local" and unknown names: no mounts to judge
 
 
 def run_dir_args(jobs: Sequence[Job]) -> list[str]:
