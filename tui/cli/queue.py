@@ -28,7 +28,7 @@ from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
 from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
-from gpuroom.tui.rules.survival import stop_surviving_paths
+from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
@@ -331,12 +331,16 @@ async def _run(args: argparse.Namespace) -> int:
             host = _host(args)
             for path in stop_surviving_paths(_profile(host)):
                 opts.append(f"--survives={path}")
+            for path in stop_only_paths(_profile(host)):
+                opts.append(f"--stop-only={path}")
             if host is not None and host.spot:
                 opts.append(f"--spot={host.spot}")
             doc = _json_or_fail(args.host, "add", await link.helper(
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
+            if doc.get("info") and not args.json:
+                print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "boot-hook":
             doc = _json_or_fail(args.host, "boot-hook",

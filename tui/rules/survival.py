@@ -52,6 +52,15 @@ def stop_surviving_paths(profile: Profile | None) -> list[str]:
             if m.survives_stop is True and m.path.startswith(("/", "~", "$"))]
 
 
+def stop_only_paths(profile: Profile | None) -> list[str]:
+    """The profile's mounts that survive a stop but not a destroy (RunPod's /workspace), by
+    a path the box can expand."""
+    if profile is None:
+        return []
+    return [m.path for m in profile.mounts if m.survives_destroy is False
+            and m.path in stop_surviving_paths(profile)]
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
