@@ -15,14 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.tui.config import Config, HostConfig
-from gpuroom.tui.fleet.outputs import (
-    PullRecords,
-    check_gate,
-    pull_jobs,
-    pull_root,
-    watched_mounts,
-)
+from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
@@ -56,6 +51,21 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
+
+
+def watched_mounts(host: HostConfig) -> list[str]:
+    """The host's own mounts, then each mount its profile names by a path the box can
+    statvfs (absolute or ~; "unknown" and $VAR paths are not), so the volume that must
+    survive a stop is watched without listing it in hosts.toml."""
+    out = list(host.mounts)
+    try:
+        profile = load_profile(host.profile)
+    except ProfileError:
+        return out  # "local" and unknown names: hosts.toml says why elsewhere
+    for m in profile.mounts:
+        if m.path.startswith(("/", "~")) and "$" not in m.path and m.path not in out:
+            out.append(m.path)
+    return out
 
 
 class Recorder:
@@ -365,7 +375,7 @@ class Fleet(PendingLedger):
                                on_progress=on_progress)
 
     async def gate(self, host: str) -> GateResult:
-        return await check_gate(self.link(host))
+        return await check_gate(self.link(host), self._mounts[host])
 
     def pull_records(self) -> list[dict[str, Any]]:
         return self._pull_records.current()

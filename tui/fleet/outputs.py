@@ -79,24 +79,11 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
     return out
 
 
-def watched_mounts(host: HostConfig) -> list[str]:
-    """The host's own mounts, then each mount its profile names by a path the box can
-    statvfs (absolute or ~; "unknown" and $VAR paths are not), so the volume that must
-    survive a stop is watched without listing it in hosts.toml."""
-    out = list(host.mounts)
-    profile = _profile(host)
-    if profile is None:
-        return out  # "local" and unknown names: hosts.toml says why elsewhere
-    for m in profile.mounts:
-        if m.path.startswith(("/", "~")) and "$" not in m.path and m.path not in out:
-            out.append(m.path)
-    return out
-
-
-async def check_gate(link: HostLink) -> GateResult:
-    """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
-    # The profile's mounts watched as the fleet does, so ~ resolves for the destroy check.
-    snapshot = read_snapshot(await link.poll({"mounts": watched_mounts(link.host)}))
+async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
+    """I/O for the gate: one snapshot, the job list, each job's manifest, the records.
+    ``mounts``: the host's watched mounts (tui/fleet/live.py watched_mounts), so the probe
+    resolves the profile's ~ paths for the destroy check."""
+    snapshot = read_snapshot(await link.poll({"mounts": list(mounts)}))
     jobs = await queue_jobs(link)
     outputs: dict[str, list[dict[str, Any]] | None] = {}
     for job in jobs:

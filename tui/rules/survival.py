@@ -69,7 +69,7 @@ def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -
     """A running job whose checkpoint dir is under none of the profile's mounts that survive
     a stop (as the probe resolved them): its checkpoints go with the next stop (U46)."""
     wanted = stop_surviving_paths(profile)
-    # The probe watches each of them (tui/fleet/outputs.py watched_mounts) and resolves ~; a
+    # The probe watches each of them (tui/fleet/live.py watched_mounts) and resolves ~; a
     # path it could not resolve ($VAR, not watched) leaves the question open: no claim.
     resolved = {d.path: d.where for d in snap.disks if d.path and not d.missing and d.where}
     roots = [p if p.startswith("/") and "$" not in p else resolved.get(p) for p in wanted]
