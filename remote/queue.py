@@ -560,6 +560,9 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--survives", action="append", default=[], metavar="PATH",
                         help="a mount that survives a stop (the profile's): warn when the "
                              "checkpoints go elsewhere")
+    parser.add_argument("--node-local", action="append", default=[], metavar="PATH",
+                        help="a mount a stop wipes (the profile's, e.g. Slurm's $TMPDIR): "
+                             "warn when a Slurm job's checkpoints go there (SLURM5)")
     parser.add_argument("--front", action="store_true")
     parser.add_argument("--no-start", action="store_true", help="do not start a runner")
     parser.add_argument("--idle-exit", type=float, default=None,
@@ -607,6 +610,12 @@ def _cmd_add(argv: List[str]) -> int:
                                   array=args.array)
         except queue_slurm.SlurmError as exc:
             return queue_slurm.emit_error(exc)
+        # The batch script exports GPUROOM_CKPT_DIR, then the job's --env (which may set it).
+        ckpt_dir = env.get("GPUROOM_CKPT_DIR") or ckpt_dir_of(
+            root, queue, str(doc.get("job")), args.durable_dir, {})
+        warning = survive.node_local_warning(ckpt_dir, args.node_local, args.survives)
+        if warning and doc.get("ok"):
+            doc["warning"] = warning
         _emit(doc)
         return 0 if doc.get("ok") else 1
     try:
@@ -899,6 +908,9 @@ def _pause(paused: bool) -> Any:
 def _cmd_show(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpuroom-remote queue show")
     _common(parser)
+    parser.add_argument("--with-env", action="store_true",
+                        help="env values too: for the jump host's `queue move`, which re-adds "
+                             "the job elsewhere (never printed there)")
     parser.add_argument("job")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
@@ -911,6 +923,10 @@ def _cmd_show(argv: List[str]) -> int:
         return 1
     job = found[0]
     job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+    if args.with_env:  # the values the jump host sent with queue add, back over the link
+        events, _ = read_events(queue_dir(root, queue))
+        raw = fold(events, queue)["jobs"].get(args.job) or {}
+        job["env"] = dict(raw.get("env") or {})
     view["jobs"] = [job]
     view["ok"] = True
     _emit(view)

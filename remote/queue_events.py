@@ -76,6 +76,17 @@ PREEMPT_FIELDS: Dict[str, Tuple[Any, str]] = {
     "signalled": (int, "an integer")}
 # What a queued job of a paused queue says it waits for (``queue ls``, the room).
 PAUSED_WAIT = "paused (gpuroom queue resume starts jobs again)"
+# What a queued job of a spot box under a preemption notice says it waits for (U45).
+PREEMPT_WAIT = "preemption notice: not starting"
+# A box still up this long after the time its notice gave was not taken (a hibernated spot
+# box resumed, a notice withdrawn): the notice is over.
+PREEMPT_OVER_S = 10 * 60.0
+
+
+def preempt_over(at: Optional[float], t: Optional[float], now: float) -> bool:
+    """Whether a notice the cloud gave for ``at`` (seen at ``t``) is over at ``now``."""
+    when = at if at is not None else t
+    return when is not None and now > when + PREEMPT_OVER_S
 # The states of a dependency (``add --after``) that fail the jobs waiting for it.
 DEPENDENCY_FAILED_STATES = ("failed", "killed", "removed")
 

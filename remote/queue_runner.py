@@ -41,6 +41,7 @@ from .queue_events import (
     DEFAULT_CONFIG,
     DEPENDENCY_FAILED_STATES,
     PAUSED_WAIT,
+    PREEMPT_WAIT,
     EventReader,
     EventWriter,
     State,
@@ -49,6 +50,7 @@ from .queue_events import (
     current_attempt,
     fold,
     iter_active,
+    preempt_over,
     queue_dir,
 )
 
@@ -759,16 +761,28 @@ class Runner:
         self.record_exit(job_id, act.attempt, status, act.start)
 
     # ----- spot notices (U45)
+    def preempt_notice_seen(self) -> Optional[Dict[str, Any]]:
+        """The notice recorded in this boot, if any."""
+        seen = self.state.get("preempt")
+        return seen if isinstance(seen, dict) and seen.get("boot_id") == self.boot_id else None
+
+    def preempt_notice_stands(self) -> bool:
+        """This boot's notice, not yet over: the box goes within the cloud's grace."""
+        seen = self.preempt_notice_seen()
+        return seen is not None and not preempt_over(seen.get("at"), seen.get("t"), time.time())
+
     def check_preemption(self) -> None:
-        """On a spot box with running jobs, ask the cloud at most every EVERY_S; a notice is
-        recorded once per boot and each job's group gets SIGUSR1 (its Checkpointer saves)."""
+        """On a spot box with jobs running or waiting, ask the cloud at most every EVERY_S
+        (asked before launch_ready in a tick, so a waiting job is not started unasked); a
+        notice is recorded once per boot and each job's group gets SIGUSR1 (its Checkpointer
+        saves)."""
         cloud = self.config("spot_cloud")
         now = time.time()
-        if not cloud or not self.active or now - self.preempt_checked < preempt.EVERY_S:
+        if not cloud or not (self.active or self.state["order"]) \
+                or now - self.preempt_checked < preempt.EVERY_S:
             return
         self.preempt_checked = now
-        seen = self.state.get("preempt")
-        if seen and seen.get("boot_id") == self.boot_id:
+        if self.preempt_notice_seen() is not None:
             return  # told and signalled already; the box goes down in seconds
         got = preempt.check(cloud, self.config("metadata_url"))
         if got["error"] != self.preempt_error:
@@ -831,6 +845,13 @@ class Runner:
         if self.config("paused"):
             for job_id in order:
                 self.blocked[job_id] = PAUSED_WAIT
+            return
+        if self.preempt_notice_stands():
+            # U45: the box goes within the notice's grace (2 min on AWS, 30 s on GCP and
+            # Azure); a job started now pays its setup and loses it with the box. Jobs stay
+            # queued in the event log and start after the next boot (a new boot id).
+            for job_id in order:
+                self.blocked[job_id] = PREEMPT_WAIT
             return
         slots = self.slots()
         for pos, job_id in enumerate(order):

@@ -29,7 +29,10 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 REDACTED = "<redacted>"
 # Env values the doctor reads (U40's thread caps) and that are no credential: shown as they are.
 PUBLIC_ENV = frozenset({"OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-                        "PYTHONUNBUFFERED"})
+                        "PYTHONUNBUFFERED",
+                        # gpuroom's own flags (queue add --mirror, --failover HOSTS), which
+                        # the jump host's fleet reads from the probe (tui/fleet/mirror.py)
+                        "GPUROOM_MIRROR", "GPUROOM_FAILOVER"})
 # A file system here is shared across instances or outlives the box (T4: never there).
 SHARED_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "beegfs",
              "glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs",

@@ -1,8 +1,13 @@
-"""Does a job's checkpoint dir survive the platform's stop? (U46, principle 4)
+"""Does a job's checkpoint dir survive the platform's stop? (U46, SLURM5, principle 4)
 
 ``queue add --survives PATH`` (repeatable) names the profile's mounts that survive a stop, as
 the jump host's profile has them (~ and $VAR expanded here, on the box). The answer of
 ``queue add`` carries a warning when the job's checkpoints will go anywhere else.
+
+A Slurm job runs on a compute node, so "anywhere else" is no claim there (a site's shared
+filesystem may be /project or /work, which no profile lists); what is known to die with the
+allocation is: ``--node-local PATH`` (the profile's mounts a stop wipes: $TMPDIR) and
+``NODE_LOCAL``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,34 @@ def under_any(path: str, roots: List[str]) -> bool:
         if real == r or real.startswith(r.rstrip("/") + "/"):
             return True
     return False
+
+
+# Node-local on any compute node: wiped at the end of the allocation, or at least not on the
+# node a requeued job lands on.
+NODE_LOCAL = ("$TMPDIR", "/tmp", "/var/tmp", "/dev/shm")
+
+
+def _under_root(path: str, root: str) -> bool:
+    """``path`` under ``root``; a root that is a $VARIABLE is matched as written: the
+    allocation sets it (Slurm's $TMPDIR) and the login node's value, if any, is another."""
+    if root.startswith("$"):
+        name = root[1:].split("/", 1)[0]
+        return any(path == form or path.startswith(form + "/")
+                   for form in (f"${name}", f"${{{name}}}"))
+    return under_any(path, [root])
+
+
+def node_local_warning(ckpt_dir: str, node_local: List[str],
+                       surviving: List[str]) -> Optional[str]:
+    """One sentence when a Slurm job's ``ckpt_dir`` is on node-local storage (SLURM5)."""
+    hit = next((r for r in dict.fromkeys([*node_local, *NODE_LOCAL])
+                if _under_root(ckpt_dir, r)), None)
+    if hit is None:
+        return None
+    where = " or ".join(surviving) if surviving else "the shared filesystem"
+    return (f"checkpoints go to {ckpt_dir}, which is node-local ({hit}): wiped when the "
+            "Slurm job ends or is requeued on another node (SLURM5). Fix: --durable-dir "
+            f"under {where}, or stage them in $TMPDIR and copy them there before the job exits")
 
 
 def destroy_note(ckpt_dir: str, stop_only: List[str]) -> Optional[str]:

@@ -84,10 +84,18 @@ class HostConfig:
     spot: str | None = None  # a spot box of this cloud (aws | gcp | azure): notices (U45)
     # A running job with no sign of life this long on idle GPUs is stalled (issue 19 item 1).
     stall_after_min: float | None = None
+    # A running GPU job with no process on its idle GPUs this long trains on the CPU (U31).
+    cpu_training_after_min: float | None = None
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
     # Young/Daly checkpoint cadence, principle 8).
     mtbf_hours: float | None = None
     code: str | None = None  # the user's own tree of what runs on this box (U42)
+    # Mirror running jobs' checkpoints home (tui/fleet/mirror.py); None: on where the profile
+    # says the box can vanish (spot), off elsewhere.
+    mirror: bool | None = None
+    # The box's work tree (absolute): `queue move` maps a moved job's cwd, argv and env paths
+    # under the old host's workdir to the new host's (tui/fleet/move.py map_path).
+    workdir: str | None = None
     error: str | None = None  # set when this host cannot be used; the others still work
 
     @property
@@ -97,6 +105,10 @@ class HostConfig:
     @property
     def stall_after_s(self) -> float | None:
         return None if self.stall_after_min is None else 60.0 * self.stall_after_min
+
+    @property
+    def cpu_training_after_s(self) -> float | None:
+        return None if self.cpu_training_after_min is None else 60.0 * self.cpu_training_after_min
 
     def to_toml(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -122,10 +134,16 @@ class HostConfig:
             out["rented_at"] = datetime.fromtimestamp(self.rented_at, tz=timezone.utc)
         if self.stall_after_min is not None:
             out["stall_after_min"] = self.stall_after_min
+        if self.cpu_training_after_min is not None:
+            out["cpu_training_after_min"] = self.cpu_training_after_min
         if self.mtbf_hours is not None:
             out["mtbf_hours"] = self.mtbf_hours
         if self.code:
             out["code"] = self.code
+        if self.mirror is not None:
+            out["mirror"] = self.mirror
+        if self.workdir is not None:
+            out["workdir"] = self.workdir
         return out
 
 
@@ -142,6 +160,10 @@ class Settings:
     notify_url: str | None = None
     # A critical item that stays is alerted again after this long (bell, command and URL).
     renotify_s: float = 3600.0
+    mirror_keep: int = 2  # checkpoints of each mirrored job kept home, newest first
+    mirror_bwlimit_kbps: int | None = None  # the mirror's pulls through rsync --bwlimit
+    # A job added with --failover is moved once its host has been DOWN this long
+    failover_after_s: float = 600.0
 
 
 @dataclass
@@ -172,8 +194,9 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
-              "teardown_command", "python", "rented_at", "stall_after_min", "code",
-              "mtbf_hours", "spot"}
+              "teardown_command", "python", "rented_at", "stall_after_min",
+              "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir",
+              "code"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -254,13 +277,8 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
                             "rented_at = 2026-11-20T09:30:00Z (TOML, no quotes)")
         else:
             host.rented_at = at
-    stall = raw.get("stall_after_min")
-    if stall is not None:
-        if isinstance(stall, (int, float)) and not isinstance(stall, bool) and stall > 0:
-            host.stall_after_min = float(stall)
-        else:
-            problems.append("stall_after_min must be a number of minutes > 0, e.g. "
-                            "stall_after_min = 45")
+    host.stall_after_min = _minutes(raw, "stall_after_min", 45, problems)
+    host.cpu_training_after_min = _minutes(raw, "cpu_training_after_min", 10, problems)
     mtbf = raw.get("mtbf_hours")
     if mtbf is not None:
         if isinstance(mtbf, (int, float)) and not isinstance(mtbf, bool) and mtbf > 0:
@@ -273,9 +291,32 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.spot = spot
         else:
             problems.append(f"spot must name the cloud: one of {', '.join(CLOUDS)}")
+    mirror = raw.get("mirror")
+    if mirror is not None:
+        if isinstance(mirror, bool):
+            host.mirror = mirror
+        else:
+            problems.append("mirror must be true or false")
+    workdir = raw.get("workdir")
+    if workdir is not None:
+        if isinstance(workdir, str) and workdir.startswith("/") and "\x00" not in workdir:
+            host.workdir = workdir.rstrip("/") or "/"
+        else:
+            problems.append('workdir must be an absolute path on the box, e.g. "/workspace"')
     if problems:
         host.error = f"{path}: {where}: " + "; ".join(problems)
     return host
+
+
+def _minutes(raw: dict[str, Any], key: str, example: int, problems: list[str]) -> float | None:
+    """A per-host threshold in minutes (> 0), or None when not given; a bad one is a problem."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    problems.append(f"{key} must be a number of minutes > 0, e.g. {key} = {example}")
+    return None
 
 
 def parse_rented_at(value: Any) -> float | None:
@@ -312,11 +353,16 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
     if not isinstance(raw, dict):
         raise _err(path, "[settings]", "must be a table", "write it as [settings]")
     for key, value in raw.items():
-        if key in ("poll_interval_s", "down_after_s", "renotify_s"):
+        if key in ("poll_interval_s", "down_after_s", "renotify_s", "failover_after_s"):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise _err(path, f"[settings] {key}", "must be a positive number of seconds",
                            f"e.g. {key} = 5")
             setattr(settings, key, float(value))
+        elif key in ("mirror_keep", "mirror_bwlimit_kbps"):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _err(path, f"[settings] {key}", "must be a whole number >= 1",
+                           f"e.g. {key} = {2 if key == 'mirror_keep' else 20000}")
+            setattr(settings, key, value)
         elif key == "ssh_config":
             if not isinstance(value, str):
                 raise _err(path, "[settings] ssh_config", "must be a path",
@@ -347,7 +393,8 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
         else:
             raise _err(path, f"[settings] {key}", "unknown key",
                        "remove it (known: poll_interval_s, down_after_s, ssh_config, poll_mode, "
-                       "bell, notify_command, notify_url, renotify_s)")
+                       "bell, notify_command, notify_url, renotify_s, mirror_keep, "
+                       "mirror_bwlimit_kbps, failover_after_s)")
     return settings
 
 

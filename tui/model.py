@@ -46,6 +46,22 @@ class PendingAction:
     attempt: int | None = None  # relaunch: the job's attempt when it was asked
 
 
+@dataclass(frozen=True)
+class MirrorHome:
+    """A job's newest checkpoint the mirror brought home, verified (tui/fleet/mirror.py);
+    a pull cut short never becomes one."""
+
+    host: str
+    job: str
+    step: int
+    file: str  # its name in the job's checkpoint dir (the box's text; made inert to show)
+    local_path: str
+    sha256: str
+    verified_by: str  # load | hash
+    box_mtime: float | None  # the box's clock when the file was committed
+    home_at: float  # the jump host's clock when it verified here
+
+
 @dataclass
 class HostState:
     """One host as the jump host last saw it."""
@@ -64,6 +80,8 @@ class HostState:
     price_per_hour: float | None = None
     rented_at: float | None = None  # epoch seconds billing started, when not at boot
     stall_after_s: float | None = None  # hosts.toml stall_after_min: a hung job's threshold
+    # hosts.toml cpu_training_after_min: how long a GPU job may have no process on its GPUs.
+    cpu_training_after_s: float | None = None
     mtbf_s: float | None = None  # hosts.toml mtbf_hours: the box's mean time to interruption
     code: str | None = None  # hosts.toml code: the user's own tree of the box's code (U42)
     local_code: LocalCode | None = None  # that tree as read after the last good poll
@@ -71,6 +89,8 @@ class HostState:
     polls_ok: int = 0
     polls_failed: int = 0
     pending: list[PendingAction] = field(default_factory=list)
+    mirrored: dict[str, MirrorHome] = field(default_factory=dict)  # by job id
+    moves: dict[str, str] = field(default_factory=dict)  # job id: "moved to B/j3", "from A/j7"
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""

@@ -764,6 +764,45 @@ class Queue(View):
 
 
 @dataclass(frozen=True, slots=True)
+class JobSpec(View):
+    """What `queue move` re-adds on another host (``queue show``'s job, env values and all:
+    the helper's own answer, never printed)."""
+
+    id: str = key(lambda v: text(v) or "")
+    name: str | None = key(text)
+    state: str = key(lambda v: text(v) or "")
+    argv: tuple[str, ...] = key(texts)
+    cwd: str | None = key(text)
+    env: Mapping[str, str] = key(string_map)
+    gpus: int | None = key(integer)
+    vram_mib: int | None = key(integer)
+    retries: int | None = key(integer)
+    retry_on_exit: bool = key(flag)
+    outputs: tuple[str, ...] = key(texts)
+    durable_dir: str | None = key(text)
+    ckpt_dir: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig(View):
+    durable_dir: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec(View):
+    """``queue show --json``: the queue's dir and config, and the job asked for."""
+
+    queue: str = key(lambda v: text(v) or "default")
+    dir: str | None = key(text)
+    config: QueueConfig = nested(QueueConfig)
+    jobs: tuple[JobSpec, ...] = nested(JobSpec, "many")
+
+
+def read_queue_spec(raw: Any) -> QueueSpec:
+    return QueueSpec.read(raw)
+
+
+@dataclass(frozen=True, slots=True)
 class RunDir(View):
     """A TensorBoard or wandb run dir under a job's cwd (remote/rundirs.py scan)."""
 

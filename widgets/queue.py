@@ -62,12 +62,12 @@ class QueueTable(RowTable):
                          else STATE_STYLE.get(j.state, ""))
             cells = [
                 Text(j.id),
-                Text(j.name),
+                Text(j.name_text),
                 state,
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
                 Text(j.ended_by),
-                Text(fmt_age(j.ckpt_age_s)),
+                Text(j.ckpt_text),
                 Text(fmt_cut(j.command, self._command_width(jobs))),
             ]
             if slurm:
@@ -82,9 +82,9 @@ class QueueTable(RowTable):
         the whole command."""
         if not self.size.width:
             return COMMAND_WIDTH
-        cells = [{"id": j.id, "name": j.name, "state": _state_cell(j),
+        cells = [{"id": j.id, "name": j.name_text, "state": _state_cell(j),
                   "try": str(j.attempt), "runtime": fmt_age(j.runtime_s), "exit": j.ended_by,
-                  "ckpt": fmt_age(j.ckpt_age_s), "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
+                  "ckpt": j.ckpt_text, "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
                  for j in jobs]
         others = sum(max([len(label), *(len(c.get(label, "")) for c in cells)])
                      + 2 * self.cell_padding for label in self._labels if label != "command")

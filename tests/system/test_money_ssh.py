@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import pwd
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+import tomllib
 from fakes import NVIDIA_SMI
 from harness.boxenv import python_with_env
 from paths import ROOT
@@ -41,6 +43,10 @@ XID13 = "dmesg_xid/gpud46-dmesg-ctime-xid13-xid109.txt"
 # A box that lists one GPU (a GeForce RTX 2060): put in place of IDLE_GPUS' two RTX 3090s
 # between polls, it is what nvidia-smi prints once a card has fallen off the bus.
 ONE_GPU = "query_gpu/rtx2060-driver460-csv-header.txt"
+# A real table whose processes box lists a compute process on every GPU (7-digit pids).
+WITH_PROCESSES = "nvsmi_table/driver535-8xH100-with-processes.txt"
+# A desktop's table: Xorg and gnome-shell (type G) on GPU 0, no compute process.
+DESKTOP = "nvsmi_table/driver460-gtx1080-with-processes.txt"
 WAIT_S = 30.0
 
 Make = Callable[..., Path]
@@ -169,6 +175,15 @@ def running(config: Path, job: str, states: tuple[str, ...] = ("running",)) -> N
     asyncio.run(poll())
 
 
+def sleeping_job(config: Path, capsys: pytest.CaptureFixture[str], gpus: str) -> str:
+    """A job asking for ``gpus`` that prints one line and sleeps (its pid the attempt's,
+    exec'd), once it runs."""
+    job: str = queue(config, capsys, "add", "box", "--gpus", gpus, "--",
+                     "sh", "-c", "echo up; exec sleep 120")["job"]
+    running(config, job)
+    return job
+
+
 async def watch_polls(config: Path, n: int, gap_s: float, *,
                       restart_runners: bool = False) -> tuple[FleetWatch, Fleet]:
     """``n`` polls of the box fed to the room's FleetWatch, as the room does."""
@@ -191,9 +206,7 @@ async def watch_polls(config: Path, n: int, gap_s: float, *,
 def test_a_hung_job_on_idle_gpus_is_a_stall_in_the_doctor_and_its_banner(
         money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
     config = money_box(stall_after_min=0.02, price_per_hour=2.0)  # 1.2 s
-    job = queue(config, capsys, "add", "box", "--gpus", "0", "--",
-                "sh", "-c", "echo loading; exec sleep 120")["job"]
-    running(config, job)
+    job = sleeping_job(config, capsys, "0")
     time.sleep(4.0)  # three thresholds with no write: critical
     doc = doctor(config, capsys)
     (stall,) = ids(doc, "U16")
@@ -255,6 +268,70 @@ def test_a_box_with_gpus_takes_a_gpu_job_and_is_no_u31(
     config = money_box(profile="runpod")
     assert ids(doctor(config, capsys), "U31") == []
     assert queue(config, capsys, "add", "box", "--gpus", "1", "--", "true")["ok"] is True
+
+
+def _without(config: Path, key: str) -> Path:
+    """A copy of ``config`` whose box lacks ``key`` (its default applies)."""
+    doc = tomllib.loads(config.read_text())
+    del doc["hosts"]["box"][key]
+    other = config.with_name("hosts-default.toml")
+    other.write_bytes(tomli_w.dumps(doc).encode())
+    other.chmod(0o600)
+    return other
+
+
+@pytest.mark.sshd
+def test_a_gpu_job_with_no_process_on_its_gpu_trains_on_the_cpu_over_sshd(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    # The replay's process table lists nothing: the job never reaches its GPU.
+    config = money_box(cpu_training_after_min=0.02, price_per_hour=2.0)  # 1.2 s
+    job = sleeping_job(config, capsys, "1")
+    time.sleep(2.0)
+    doc = doctor(config, capsys)
+    (u31,) = ids(doc, "U31")
+    assert u31["severity"] == "critical" and f"job {job}" in u31["title"]
+    assert "trains on the CPU" in u31["title"] and "and at idle power" in u31["seen"]
+    assert "torch.cuda.is_available()" in u31["fix"]
+    assert any("trains on the CPU" in line for line in doc["banner"])
+    # The same box with the default window (5 min): two seconds in, nothing is said yet.
+    assert ids(doctor(_without(config, "cpu_training_after_min"), capsys), "U31") == []
+
+
+@pytest.mark.sshd
+def test_a_desktops_xorg_on_the_gpu_does_not_hide_cpu_training(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    # The real table of a desktop: Xorg and gnome-shell (type G) on GPU 0, nothing else.
+    config = money_box(gpus=(IDLE_GPUS[0], DESKTOP), cpu_training_after_min=0.02)
+    job = sleeping_job(config, capsys, "1")
+    (listed,) = queue(config, capsys, "ls", "box")["jobs"]
+    assert listed["attempts"][-1]["gpus"] == [0]  # display processes hold no GPU (GEN7)
+    time.sleep(2.0)
+    (u31,) = ids(doctor(config, capsys), "U31")
+    assert u31["severity"] == "critical" and f"job {job}" in u31["title"]
+    assert "no compute process on GPU 0" in u31["seen"]
+
+
+@pytest.mark.sshd
+def test_a_gpu_job_whose_process_is_in_the_replays_list_is_not_on_the_cpu(
+        money_box: Make, fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = money_box(cpu_training_after_min=0.02)
+    job = sleeping_job(config, capsys, "1")
+    (listed,) = queue(config, capsys, "ls", "box")["jobs"]
+    assert listed["id"] == job
+    attempt = listed["attempts"][-1]
+    (gpu,) = attempt["gpus"]
+    # The table nvidia-smi prints from now on: the real 8x H100 capture, its process on the
+    # job's GPU given the job's pid (exec'd sleep: the attempt's pid), as the driver lists it.
+    text = (fixtures / WITH_PROCESSES).read_text(encoding="utf-8")
+    row = re.compile(rf"^(\|\s+{gpu}\s+N/A\s+N/A\s+)(\d+)", re.MULTILINE)
+    text, n = row.subn(lambda m: m.group(1) + str(attempt["pid"]).rjust(len(m.group(2))), text)
+    assert n == 1
+    table = _work(config).parent / "fixtures" / IDLE_GPUS[1]
+    table.write_text(text, encoding="utf-8")
+    time.sleep(2.0)
+    doc = doctor(config, capsys)
+    assert ids(doc, "U31") == []
+    assert not any("trains on the CPU" in line for line in doc["banner"])
 
 
 # --------------------------------------------------------------------------- item 3: U22

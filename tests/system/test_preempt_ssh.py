@@ -45,6 +45,18 @@ def cli_json(capsys: pytest.CaptureFixture[str], config: Path, *argv: str
     return clijson.cli_json(capsys, "--config", str(config), *argv)
 
 
+def spot_job(capsys: pytest.CaptureFixture[str], config: Path, meta: Any, saved: str) -> str:
+    """The box's queue made an AWS spot queue asking ``meta``, and JOB added: its id."""
+    rc, doc = cli_json(capsys, config, "queue", "config", "box", "--json",
+                       "--spot", "aws", "--metadata-url", meta.url)
+    assert rc == 0 and doc["ok"], doc
+    rc, doc = cli_json(capsys, config, "queue", "add", "box", "--json", "--gpus", "0",
+                       "--", "python3", "-c", JOB, saved)
+    assert rc == 0 and doc["ok"], doc
+    job: str = doc["job"]
+    return job
+
+
 def wait_for(what: str, check: Any) -> None:
     deadline = time.monotonic() + WAIT_S
     while not check():
@@ -61,12 +73,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
     for p in (saved, up):
         sshd_box.run("rm", "-f", str(p))
     with metadata_server("aws") as meta:
-        rc, doc = cli_json(capsys, box_config, "queue", "config", "box", "--json",
-                           "--spot", "aws", "--metadata-url", meta.url)
-        assert rc == 0 and doc["ok"], doc
-        rc, doc = cli_json(capsys, box_config, "queue", "add", "box", "--json", "--gpus", "0",
-                           "--", "python3", "-c", JOB, str(saved))
-        assert rc == 0 and doc["ok"], doc
+        spot_job(capsys, box_config, meta, str(saved))
         wait_for("the job to start", up.exists)
         # No notice yet (404): the runner asks, the job keeps running, no finding.
         wait_for("the runner to ask the endpoint",
@@ -74,6 +81,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
         assert any(a == "PUT /latest/api/token" for a in meta.asked)  # IMDSv2, token first
         assert not saved.exists()
         rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+        assert rc == 0, ls
         assert ls["preempt"] is None and ls["jobs"][0]["state"] == "running"
         # The notice: two minutes from now, as AWS gives.
         meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
@@ -81,6 +89,7 @@ def test_a_spot_notice_sends_sigusr1_and_is_a_critical_finding(
         wait_for("the job's save on SIGUSR1", saved.exists)
     assert saved.read_text() == "saved on SIGUSR1"
     rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
     assert ls["preempt"]["cloud"] == "aws" and ls["preempt"]["action"] == "terminate"
     assert ls["preempt"]["signalled"] == 1
     main(["--config", str(box_config), "doctor", "--json"])
@@ -115,3 +124,64 @@ def test_hosts_toml_spot_configures_the_queue_at_add_and_a_plain_host_does_not(
             assert ls["config"]["spot_cloud"] == want, (host, ls["config"])
     finally:
         sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+
+
+@pytest.mark.attack("faults", "a job is added to a spot box after its preemption notice: "
+                    "it is held, not started on a box that goes in two minutes")
+def test_a_job_added_after_a_notice_is_held_and_the_idle_runner_still_asks(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    up = sshd_box.home / "preempt-late.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:
+        meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        meta.notice = True  # the notice stands before any job runs
+        job = spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
+
+        def held() -> bool:
+            _rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+            (j,) = [j for j in ls["jobs"] if j["id"] == job]
+            return ls["preempt"] is not None and j.get("waiting") is not None
+
+        # Nothing runs, yet the runner asks the cloud: a queued job is at stake.
+        wait_for("the runner to record the notice and hold the job", held)
+        assert any("instance-action" in a for a in meta.asked)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
+    (j,) = [j for j in ls["jobs"] if j["id"] == job]
+    assert j["state"] == "queued" and not j.get("attempts")
+    assert j["waiting"] == "preemption notice: not starting"
+    assert ls["preempt"]["signalled"] == 0
+    assert not up.exists()
+    main(["--config", str(box_config), "doctor", "--json"])
+    (found,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "U45"]
+    assert found["severity"] == "critical" and "SIGUSR1 sent to 0 running job(s)" in found["seen"]
+
+
+def test_a_spot_box_with_no_notice_starts_a_queued_job(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    up = sshd_box.home / "preempt-none.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:  # 404: no notice
+        spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
+        wait_for("the job to start", up.exists)
+        assert any("instance-action" in a for a in meta.asked)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0, ls
+    assert ls["preempt"] is None and ls["jobs"][-1]["state"] == "running"
+
+
+def test_a_notice_long_past_its_time_holds_nothing(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # The box is still up 20 min after the time AWS gave (a hibernated spot box resumed, a
+    # notice withdrawn): the notice is over, a queued job starts and the doctor is quiet.
+    up = sshd_box.home / "preempt-past.txt.up"
+    sshd_box.run("rm", "-f", str(up))
+    with metadata_server("aws") as meta:
+        meta.aws_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1200))
+        meta.notice = True
+        spot_job(capsys, box_config, meta, str(up)[:-len(".up")])
+        wait_for("the job to start", up.exists)
+    rc, ls = cli_json(capsys, box_config, "queue", "ls", "box", "--json")
+    assert rc == 0 and ls["preempt"] is not None, ls  # seen and recorded, yet over
+    main(["--config", str(box_config), "doctor", "--json"])
+    assert [f for f in json.loads(capsys.readouterr().out)["findings"] if f["id"] == "U45"] == []

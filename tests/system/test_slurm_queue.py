@@ -198,6 +198,33 @@ def _steps(log: str) -> list[int]:
     return [int(m) for m in re.findall(r"^step (\d+) loss", log, re.M)]
 
 
+def _add_warning(capsys: pytest.CaptureFixture[str], config: Path, *opts: str) -> str | None:
+    """``queue add OPTS box -- true`` on the cluster: the answer's warning, if any."""
+    rc, doc = cli_json(capsys, "--config", str(config), "queue", "add", "--json", *opts,
+                       "box", "--", "true")
+    assert rc == 0 and doc["ok"] and doc["slurm_id"], doc
+    warning: str | None = doc.get("warning")
+    return warning
+
+
+def test_checkpoints_on_node_local_storage_are_warned_at_add(
+        slurm_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # SLURM5: the allocation's $TMPDIR (and /tmp of a compute node) is wiped at its end.
+    for opts in (("--durable-dir", "/tmp/gpuroom-slurm5"),
+                 ("--env", "GPUROOM_CKPT_DIR=$TMPDIR/ckpt")):
+        warning = _add_warning(capsys, slurm_host, *opts)
+        assert warning is not None, opts
+        assert "node-local" in warning and "SLURM5" in warning, warning
+        assert "/scratch/$USER" in warning, warning  # the profile's mount that survives
+
+
+def test_checkpoints_on_the_shared_filesystem_are_not_warned(
+        slurm_host: Path, sshd_session: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _add_warning(capsys, slurm_host) is None  # under the queue's root in $HOME
+    assert _add_warning(capsys, slurm_host, "--durable-dir",
+                        str(sshd_session.home / "runs")) is None
+
+
 def test_walltime_warning_saves_requeues_and_resumes_without_losing_a_step(
         slurm_host: Path, training: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     job = _job_by_name(capsys, slurm_host, "resumable")

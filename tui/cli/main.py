@@ -222,7 +222,7 @@ def _backed_up(backup: Path | None) -> str:
 def cmd_room(args: argparse.Namespace) -> int:
     config = load_config(args)
     recorder = Recorder(Path(args.record)) if args.record else None
-    fleet = Fleet(config, recorder=recorder, restart_runners=True)
+    fleet = Fleet(config, recorder=recorder, restart_runners=True, mirror=True)
     from gpuroom.tui.room.app import GpuroomApp
 
     app = GpuroomApp(fleet, bell=config.settings.bell,
@@ -361,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.web import add_cli as add_web_cli
 
     add_web_cli(sub)
+    from gpuroom.tui.cli.watch import add_cli as add_watch_cli
+
+    add_watch_cli(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.mirror import FAILOVER_ENV, MIRROR_ENV, MirrorState
+from gpuroom.tui.fleet.move import Lineage
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
@@ -67,6 +70,13 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--after", metavar="JOB[,JOB]",
                    help="start only after these jobs succeeded; one failing fails this job")
     p.add_argument("--priority", type=int, help="higher starts first among queued jobs")
+    p.add_argument("--mirror", action="store_true",
+                   help="pull each new checkpoint home while it runs (the room and `gpuroom "
+                        "watch` do it; on by default for spot hosts)")
+    p.add_argument("--failover", metavar="HOST2[,HOST3]",
+                   help="mirror it, and move it to the first of these that is UP once its "
+                        "host is DOWN for [settings] failover_after_s (the room or `gpuroom "
+                        "watch` must run)")
     # Slurm hosts (profile slurm): the job's sbatch options.
     p.add_argument("--time", help="Slurm walltime (--time), e.g. 4:00:00")
     p.add_argument("--signal-lead", type=int,
@@ -143,6 +153,9 @@ def add_cli(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument("-n", "--lines", type=int, default=None, metavar="N",
                    help="only the last N lines (like tail -n)")
+    from gpuroom.tui.cli.move import add_cli as add_move_cli
+
+    add_move_cli(qsub)
     queue.set_defaults(func=cmd_queue)
 
 
@@ -154,6 +167,18 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
         raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
                               f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
     return Fleet(config), queue_backend(hosts[args.host].profile)
+
+
+def failover_targets(args: argparse.Namespace, fleet: Fleet) -> str:
+    """--failover's hosts, each one of hosts.toml's and not the job's own host."""
+    names = [n.strip() for n in str(args.failover).split(",") if n.strip()]
+    known = {h.name for h in fleet.hosts()}
+    bad = [n for n in names if n not in known or n == args.host]
+    if not names or bad:
+        raise cfg.ConfigError(f"--failover {args.failover}: not another host of hosts.toml: "
+                              f"{', '.join(bad) or 'none given'}",
+                              f"name other hosts (have: {', '.join(sorted(known))})")
+    return ",".join(names)
 
 
 def _host(args: argparse.Namespace) -> cfg.HostConfig | None:
@@ -293,6 +318,10 @@ def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.queue_cmd == "move":
+        from gpuroom.tui.cli.move import run_move
+
+        return await run_move(args)
     if args.queue_cmd == "add" and _many_hosts(args.host):
         job_argv(args)  # options written after HOST (--gpus, --vram-mib) count for the choice
         refused = await _place(args)
@@ -315,7 +344,10 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value:  # "--opt=value": a value starting with "-" stays a value on the box
                     opts.append(f"--{flag.replace('_', '-')}={value}")
-            env_opts, env_stdin = env_on_stdin(args.env)
+            flags = [f"{MIRROR_ENV}=1"] if args.mirror or args.failover else []
+            if args.failover:  # the job carries the wish (tui/fleet/mirror.py, fleet/live.py)
+                flags.append(f"{FAILOVER_ENV}={failover_targets(args, fleet)}")
+            env_opts, env_stdin = env_on_stdin([*args.env, *flags])
             opts += env_opts
             opts += [f"--secret={item}" for item in args.secret]
             opts += [f"--output={item}" for item in args.output]
@@ -333,6 +365,8 @@ async def _run(args: argparse.Namespace) -> int:
                 opts.append(f"--survives={path}")
             for path in stop_only_paths(_profile(host)):
                 opts.append(f"--stop-only={path}")
+            for path in stop_surviving_paths(_profile(host), survives=False):
+                opts.append(f"--node-local={path}")
             if host is not None and host.spot:
                 opts.append(f"--spot={host.spot}")
             doc = _json_or_fail(args.host, "add", await link.helper(
@@ -364,7 +398,7 @@ async def _run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(doc))
             else:
-                _print_jobs(doc)
+                _print_jobs(doc, Lineage(MirrorState()).for_host(args.host))
             return 0
         if args.queue_cmd in ("kill", "relaunch", "rm", "mv"):
             verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
@@ -537,8 +571,10 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         await asyncio.sleep(FOLLOW_INTERVAL_S)
 
 
-def _print_jobs(doc: dict[str, Any]) -> None:
+def _print_jobs(doc: dict[str, Any], moves: Mapping[str, str] | None = None) -> None:
+    """``moves``: the lineage of `queue move` (job id: "moved to B/j3", "from A/j7")."""
     view = read_queue_view(doc)
+    moves = {j.id: moves[j.id] for j in view.jobs if moves and j.id in moves}
     slurm = any(job.slurm_id for job in view.jobs)
     waiting = any(job.waiting for job in view.jobs)
     # Priority and dependencies get their columns once any job has one (issue 20).
@@ -546,7 +582,8 @@ def _print_jobs(doc: dict[str, Any]) -> None:
     after = any(job.after for job in view.jobs)
     columns = ["id", "name", "state", *(["prio"] if prio else []), "attempts", "exit",
                "duration", "command"]
-    extra = [*(["after"] if after else []), *(["waits for"] if waiting else []),
+    extra = [*(["moved"] if moves else []), *(["after"] if after else []),
+             *(["waits for"] if waiting else []),
              *(["slurm"] if slurm else [])]
     table = box_table(f"queue {view.name}", [*columns, *extra])
     for job in view.jobs:
@@ -561,6 +598,8 @@ def _print_jobs(doc: dict[str, Any]) -> None:
                              *([job.priority or 0] if prio else []), len(job.attempts),
                              exit_text, fmt_age(duration),
                              fmt_cut(display_line(job.command.encode()), COMMAND_WIDTH)]
+        if moves:
+            cells.append(moves.get(job.id, ""))
         if after:
             cells.append(",".join(job.after))
         if waiting:

@@ -63,6 +63,11 @@ class FleetAPI(Protocol):
         """Pause (start no new job; running ones go on) or resume the host's queue."""
         ...
 
+    async def job_move(self, host: str, job_id: str, to: str) -> str:
+        """`queue move`: the job goes on on ``to`` from its newest verified checkpoint
+        (tui/fleet/move.py); answers the lineage line "A/j7 -> B/j3 (from ckpt step N)"."""
+        ...
+
     async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
         """One job in full, as ``gpuroom queue show`` reads it from the box."""
         ...
@@ -225,6 +230,9 @@ class StaticFleet(PendingLedger):
     async def queue_pause(self, host: str, paused: bool) -> None:
         raise FleetError(f"{host}: this is a recording; its queue cannot be "
                          f"{'paused' if paused else 'resumed'}")
+
+    async def job_move(self, host: str, job_id: str, to: str) -> str:
+        raise FleetError(f"{host}: this is a recording; job {job_id} cannot be moved to {to}")
 
     async def queue_show(self, host: str, job_id: str, queue: str = "default") -> Job:
         """A recording has no box to ask: the job as its snapshot recorded it (no newest

@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
+from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.mirror import FAILOVER_ENV, Mirror, MirrorOutcome, MirrorState
+from gpuroom.tui.fleet.move import Lineage, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -114,7 +118,9 @@ class Fleet(PendingLedger):
     """Hosts, their links and states. Implements the room's FleetAPI."""
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
-                 recorder: Recorder | None = None, restart_runners: bool = False) -> None:
+                 recorder: Recorder | None = None, restart_runners: bool = False,
+                 mirror: bool = False,
+                 on_mirror: Callable[[MirrorOutcome], None] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.recorder = recorder
@@ -126,6 +132,7 @@ class Fleet(PendingLedger):
         self._states: dict[str, HostState] = {
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
                               rented_at=h.rented_at, stall_after_s=h.stall_after_s,
+                              cpu_training_after_s=h.cpu_training_after_s,
                               mtbf_s=h.mtbf_s, spot=h.spot, code=h.code,
                               error=h.error)
             for h in self._hosts.values()
@@ -143,6 +150,13 @@ class Fleet(PendingLedger):
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
         self._pull_records = PullRecords()
+        self._on_change: Callable[[str], None] | None = None
+        self._on_mirror = on_mirror
+        self._failover_tries: dict[tuple[str, str], float] = {}  # (host, job): last try
+        # Only the long-running fleets (the room, `gpuroom watch`) mirror; a one-shot verb's
+        # poll would start a pull it then cancels.
+        self.mirror = Mirror(self._hosts, self._links, config.settings,
+                             on_outcome=self._mirrored, clock=clock) if mirror else None
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
@@ -238,11 +252,80 @@ class Fleet(PendingLedger):
                     # The user's tree, read once per good poll for the U42 rule (git, off loop).
                     paths = sorted({p for job in view.jobs for p in script_rel_paths(job)})
                     state.local_code = await asyncio.to_thread(read_tree, Path(state.code), paths)
+                if self.mirror is not None:
+                    state.mirrored = self.mirror.homes(name)
+                    state.moves = Lineage(self.mirror.state).for_host(name)
+                    self.mirror.observe(name, view)
+        if self.mirror is not None and state.state is LinkState.UP and state.view is not None:
+            # Before any dead runner is restarted: a job moved away while this host was
+            # unreachable must not run here again (its kill is the runner's first event).
+            await self._fence(name, state.view)
+        elif self.mirror is not None and state.state is LinkState.DOWN:
+            await self._failover(name)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    async def _fence(self, name: str, view: SnapshotView) -> None:
+        """Kill (or remove, if queued) each job of ``name`` that `queue move` took elsewhere
+        while ``name`` could not be reached; done once a poll shows it ended."""
+        assert self.mirror is not None
+        lineage = Lineage(self.mirror.state)
+        for move in lineage.fences(name):
+            job = next((j for j in view.jobs if j.id == move.src_job), None)
+            if job is None or job.state not in LIVE_STATES:
+                lineage.fenced(move)
+                continue
+            verb = "remove" if job.state == "queued" else "kill"
+            try:
+                await self._queue_call(name, verb, "--", job.id, timeout_s=120.0)
+            except GpuroomError as exc:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"fencing it failed: {exc}"))
+                continue
+            self._mirrored(MirrorOutcome(
+                name, job.id, "fenced", move.step,
+                f"{verb} sent: it runs as {move.dst_host}/{move.dst_job} since it was moved "
+                f"while {name} could not be reached"))
+
+    async def _failover(self, name: str) -> None:
+        """Move each live --failover job of ``name`` (as its last good poll showed it) to the
+        first of its hosts that is UP, once ``name`` has been DOWN failover_after_s; from the
+        mirror's copy of its command and newest checkpoint (tui/fleet/move.py). A failed try
+        is tried again after the same wait; the old copy is fenced when ``name`` is back."""
+        assert self.mirror is not None
+        state = self._states[name]
+        wait = self.config.settings.failover_after_s
+        now = self.clock()
+        if state.last_ok is None or state.view is None or now - state.last_ok < wait:
+            return
+        moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
+        for job in state.view.jobs:
+            targets = [t for t in job.env.get(FAILOVER_ENV, "").split(",")
+                       if t in self._links and t != name]
+            tried = self._failover_tries.get((name, job.id))
+            if not targets or job.state not in LIVE_STATES or job.id in moved or (
+                    tried is not None and now - tried < wait):
+                continue
+            self._failover_tries[(name, job.id)] = now
+            up = [t for t in targets if self._states[t].state is LinkState.UP]
+            if not up:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"failover: none of {', '.join(targets)} is UP"))
+                continue
+            try:
+                move = await move_job(self.link(name), self.link(up[0]), job.id,
+                                      settings=self.config.settings, state=self.mirror.state)
+            except GpuroomError as exc:
+                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
+                                             f"failover to {up[0]}: {exc}"))
+                continue
+            self._mirrored(MirrorOutcome(
+                name, job.id, "failover", move.step,
+                f"{name} DOWN {now - state.last_ok:.0f} s: {move.line}; the copy on {name} "
+                "is killed when it answers again"))
 
     async def start_dead_runners(self, name: str, view: SnapshotView) -> list[str]:
         """Start the runner of each queue whose runner is dead while jobs wait or run (GEN6:
@@ -285,8 +368,17 @@ class Fleet(PendingLedger):
             except (asyncio.TimeoutError, TimeoutError):
                 pass
 
+    def _mirrored(self, outcome: MirrorOutcome) -> None:
+        if self.mirror is not None and outcome.host in self._states:
+            self._states[outcome.host].mirrored = self.mirror.homes(outcome.host)
+        if self._on_mirror is not None:
+            self._on_mirror(outcome)
+        if self._on_change is not None:
+            self._on_change(outcome.host)
+
     async def run(self, on_change: Callable[[str], None]) -> None:
         """Poll every host forever (each on its own schedule) until cancelled."""
+        self._on_change = on_change
         tasks = [asyncio.create_task(self._host_loop(n, on_change)) for n in self._states]
         try:
             await asyncio.gather(*tasks)
@@ -356,6 +448,12 @@ class Fleet(PendingLedger):
     async def queue_pause(self, host: str, paused: bool) -> None:
         await self._queue_call(host, "pause" if paused else "resume")
 
+    async def job_move(self, host: str, job_id: str, to: str) -> str:
+        state = self.mirror.state if self.mirror is not None else MirrorState()
+        move = await move_job(self.link(host), self.link(to), job_id,
+                              settings=self.config.settings, state=state)
+        return move.line
+
     async def queue_show(self, host: str, job_id: str, queue: str = "default") -> JobView:
         out = await self._queue_call(host, "show", f"--queue={queue}", "--", job_id)
         try:
@@ -385,6 +483,8 @@ class Fleet(PendingLedger):
         return list(cmd) if cmd else None
 
     async def close(self) -> None:
+        if self.mirror is not None:
+            await self.mirror.close()
         await asyncio.gather(*(link.close() for link in self._links.values()),
                              return_exceptions=True)
         if self.recorder is not None:

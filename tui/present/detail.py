@@ -54,6 +54,10 @@ def job_detail(host: HostState, job: JobRow) -> Rows:
         ("checkpoint", f"{fmt_age(job.ckpt_age_s)} old" if job.ckpt_age_s is not None else NA),
         ("command", job.command),
     ]
+    if job.home_text:
+        rows.append(("mirror", job.home_text))
+    if job.lineage:
+        rows.append(("moved", job.lineage))
     if job.slurm:
         rows.append(("slurm", job.slurm))
     return rows

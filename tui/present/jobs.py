@@ -16,7 +16,7 @@ from gpuroom.remote.queue_events import (
     LIVE_STATES,
 )
 from gpuroom.tui.model import HostState, PendingAction
-from gpuroom.tui.present.format import fmt_text
+from gpuroom.tui.present.format import fmt_age, fmt_text
 from gpuroom.tui.present.levels import Level
 from gpuroom.tui.present.slurm import slurm_summary, task_summary
 from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
@@ -69,6 +69,30 @@ class JobRow:
     # Why a queued job waits (a slot, GPUs held by pid N (GEN7), the job ahead, no runner)
     waiting: str = ""
     position: int | None = None  # a queued job's place in line (0: next to start)
+    # The newest checkpoint the mirror brought home, verified (tui/fleet/mirror.py), and its
+    # age on the box's clock (the training a lost box would cost); None: nothing home
+    home_step: int | None = None
+    home_age_s: float | None = None
+    # `queue move`'s lineage (tui/fleet/move.py): "moved to B/j3" or "from A/j7"; "" if none
+    lineage: str = ""
+
+    @property
+    def name_text(self) -> str:
+        """The queue's name cell: the job's name, and where it moved to or came from."""
+        return f"{self.name} ({self.lineage})" if self.lineage else self.name
+
+    @property
+    def home_text(self) -> str:
+        """"ckpt step 500 home, 3m"; "" when the mirror has nothing home for the job."""
+        if self.home_step is None:
+            return ""
+        return f"ckpt step {self.home_step} home, {fmt_age(self.home_age_s)}"
+
+    @property
+    def ckpt_text(self) -> str:
+        """The queue's ckpt cell: the newest checkpoint's age on the box, and what is home."""
+        home = f" ({self.home_text})" if self.home_step is not None else ""
+        return fmt_age(self.ckpt_age_s) + home
 
     @property
     def state_text(self) -> str:
@@ -109,6 +133,9 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
         started = last.start if last is not None else None
         ended = last.end if last is not None else None
         ckpt = j.checkpoint.mtime if j.checkpoint is not None else None
+        home = host.mirrored.get(j.id)
+        home_at = None if home is None else (
+            t - home.box_mtime if home.box_mtime is not None else now - home.home_at)
         pend = None
         for action in host.pending:
             if action.kind in ("kill", "relaunch") and action.job == jid:
@@ -129,6 +156,9 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
                 signal=fmt_text(last.signal) if last is not None else "",
                 waiting=fmt_text(j.waiting),
                 position=j.position,
+                home_step=home.step if home is not None else None,
+                home_age_s=home_at,
+                lineage=fmt_text(host.moves.get(j.id, "")),
             )
         )
         for task in j.tasks:  # a Slurm array's tasks below it; K/logs take their jN_i

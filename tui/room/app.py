@@ -55,6 +55,7 @@ from gpuroom.tui.room.findings_screen import FindingsScreen
 from gpuroom.tui.room.gate_screen import GateScreen
 from gpuroom.tui.room.jobdetail_screen import JobDetailScreen
 from gpuroom.tui.room.messages import HostChanged
+from gpuroom.tui.room.move_key import MoveKey
 from gpuroom.tui.room.screens import (
     KEYS,
     AddJobRequest,
@@ -65,7 +66,6 @@ from gpuroom.tui.room.screens import (
     key_hint,
     key_label,
 )
-from gpuroom.tui.room.steer import SteerKeys
 from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
 from gpuroom.tui.rules.doctor import Finding
@@ -116,7 +116,7 @@ class GpuroomCommands(Provider):
                 )
 
 
-class GpuroomApp(SteerKeys):
+class GpuroomApp(MoveKey):
     """gpuroom's TUI. ``clock`` is injectable so ages in tests and snapshots are fixed."""
 
     TITLE = "gpuroom"

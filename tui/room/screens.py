@@ -51,6 +51,7 @@ KEYS: tuple[Key, ...] = (
     Key("minus", "move_down", "move the queued job one place later"),
     Key("z", "pause_queue", "pause the host's queue (asks first)"),
     Key("g", "resume_queue", "resume the host's queue"),
+    Key("M", "move_job", "move the job to another host (asks first)"),
     Key("a", "add_job", "add a job to the selected host's queue", short="add", group="job"),
     Key("i", "detail", "detail: the selected job's whole command (from the queue pane), "
         "else the host's whole state, error and fix", short="detail"),

@@ -527,7 +527,8 @@ def gpu_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
 
 # ------------------------------------------------------------------------------- jobs
 
-def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Finding]:
+def job_findings(host: str, prev: Snapshot | None, snap: Snapshot,
+                 cpu_training_after_s: float | None = None) -> list[Finding]:
     """U38, U43, U40, U10: what running and queued jobs show against the box."""
     out: list[Finding] = []
     old_jobs = _jobs(prev)
@@ -539,7 +540,7 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot) -> list[Findi
     vcpus = snap.cgroup.cpu_quota_vcpus
     cpu_count = snap.host.cpu_count
     # A job with no process on its GPUs is training on the CPU (U31, critical), not U38.
-    on_cpu = {j.key for j in cpu_training_jobs(prev, snap)}
+    on_cpu = {j.key for j in cpu_training_jobs(prev, snap, cpu_training_after_s)}
     for key, job in _jobs(snap).items():
         state = job.state
         label = f"job {key} ({job.name or key})"
@@ -766,13 +767,15 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              price_per_hour: float | None = None,
              stall_after_s: float | None = None,
              mtbf_s: float | None = None,
+             cpu_training_after_s: float | None = None,
              local: LocalCode | None = None) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
-    stall threshold (hosts.toml) word the stall finding; ``mtbf_s`` (hosts.toml mtbf_hours)
-    overrides the profile's for the checkpoint cadence. ``local`` is the host's ``code`` tree
-    as the fleet read it: running jobs launched from other code are U42.
+    stall threshold (hosts.toml) word the stall finding, ``cpu_training_after_s`` (hosts.toml
+    cpu_training_after_min) is how long a GPU job may have no process on its GPUs; ``mtbf_s``
+    (hosts.toml mtbf_hours) overrides the profile's for the checkpoint cadence. ``local`` is
+    the host's ``code`` tree as the fleet read it: running jobs launched from other code are U42.
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
@@ -783,13 +786,14 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out = vanished_findings(host, prev, snap, recall)
     out += gpu_findings(host, prev, snap)
     out += stall_findings(host, prev, snap, after_s=stall_after_s, price_per_hour=price_per_hour)
-    out += cpu_training_findings(host, prev, snap, profile, price_per_hour)
+    out += cpu_training_findings(host, prev, snap, profile, price_per_hour,
+                                 after_s=cpu_training_after_s)
     if not any(f.id == "U22" for f in out):  # a job's death by it already says "dead GPU"
         out += dead_gpu_findings(host, prev, snap, recall)
     out += reboot_findings(host, snap, profile)
     out += log_findings(host, snap)
     out += cadence_findings(host, snap, profile, mtbf_s)
-    out += job_findings(host, prev, snap)
+    out += job_findings(host, prev, snap, cpu_training_after_s)
     out += disk_findings(host, snap, profile)
     out += missing_mount_findings(host, snap, profile)
     out += slurm_findings(host, snap, now)
@@ -836,7 +840,8 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
         out += diagnose(previous.get(s.name), s.view, s.state, profiles.get(s.name), now,
                         host=s.name, error=s.error, last_ok=s.last_ok,
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
-                        mtbf_s=s.mtbf_s, local=s.local_code)
+                        mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
+                        local=s.local_code)
     return sort_findings(out)
 
 

@@ -34,7 +34,8 @@ from gpuroom.tui.snapshot import Job, KernelEvent, Snapshot
 DEAD_GPU_XIDS = frozenset({48, 79, 94, 95, 119, 154})
 # How long a kernel event stays evidence (watch.py keeps the window).
 KERNEL_WINDOW_S = 15 * 60.0
-# U31: a job that asked for GPUs has had this long to put a process on one.
+# U31: a job that asked for GPUs has had this long to put a process on one (hosts.toml
+# cpu_training_after_min overrides it per host).
 NO_GPU_PROCESS_S = 5 * 60.0
 # A kernel or log line quoted in a finding.
 LINE_MAX = 200
@@ -167,9 +168,10 @@ def _asked_gpus(job: Job) -> bool:
 
 
 def _gpuless(job: Job, snap: Snapshot) -> bool:
-    """The job's GPUs (all of them) idle with no process on any."""
+    """The job's GPUs (all of them) idle with no process on any; a desktop's display
+    processes (type G: Xorg, gnome-shell) hold the card whatever the job does."""
     gpus = job_gpus(job, snap)
-    return all(gpu_idle(g) and not g.processes for g in gpus)
+    return all(gpu_idle(g) and all(p.display_only for p in g.processes) for g in gpus)
 
 
 def _running_for(job: Job, snap: Snapshot) -> float | None:
@@ -178,15 +180,18 @@ def _running_for(job: Job, snap: Snapshot) -> float | None:
     return t - a.start if a is not None and a.start is not None and t is not None else None
 
 
-def cpu_training_jobs(prev: Snapshot | None, snap: Snapshot) -> list[Job]:
-    """Running jobs that asked for GPUs and have run NO_GPU_PROCESS_S with their GPUs idle
-    and no process on any of them, on this poll and the one before (same attempt)."""
+def cpu_training_jobs(prev: Snapshot | None, snap: Snapshot,
+                      after_s: float | None = None) -> list[Job]:
+    """Running jobs that asked for GPUs and have run ``after_s`` (default NO_GPU_PROCESS_S)
+    with their GPUs idle and no process on any of them, on this poll and the one before
+    (same attempt)."""
+    limit = NO_GPU_PROCESS_S if after_s is None else after_s
     out = []
     for job in snap.jobs:
         if job.state != "running" or job.is_slurm or not _asked_gpus(job):
             continue
         ran = _running_for(job, snap)
-        if ran is None or ran < NO_GPU_PROCESS_S or not _gpuless(job, snap):
+        if ran is None or ran < limit or not _gpuless(job, snap):
             continue
         # The room's previous poll, when it has one, must agree (gpuroom doctor has one poll).
         old = prev.job(job.id) if prev is not None else None
@@ -200,18 +205,19 @@ def cpu_training_jobs(prev: Snapshot | None, snap: Snapshot) -> list[Job]:
 
 def cpu_training_findings(host: str, prev: Snapshot | None, snap: Snapshot,
                           profile: Profile | None,
-                          price_per_hour: float | None = None) -> list[Finding]:
+                          price_per_hour: float | None = None, *,
+                          after_s: float | None = None) -> list[Finding]:
     out: list[Finding] = []
     if not snap.gpus and "gpus" in snap.sections and rents_gpus(profile, price_per_hour):
         why = _line(snap.gpu_error, "NVML and nvidia-smi found no GPU")
         out.append(Finding("U31", "critical", host, "no GPU on a box rented for GPUs",
                            why, NO_GPU_FIX))
-    for job in cpu_training_jobs(prev, snap):
+    for job in cpu_training_jobs(prev, snap, after_s):
         ran = _running_for(job, snap) or 0.0
         gpus = job_gpus(job, snap)
         seen = (f"running {fmt_duration(ran)}; "
                 + ("no GPU on the box" if not gpus else
-                   "no process on GPU " + ", ".join(str(g.index) for g in gpus)
+                   "no compute process on GPU " + ", ".join(str(g.index) for g in gpus)
                    + " and at idle power"))
         out.append(Finding("U31", "critical", host, f"{job_label(job)} trains on the CPU",
                            seen, CPU_FIX))

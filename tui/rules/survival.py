@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuroom.profiles import Profile
-from gpuroom.remote.queue_events import ACTIVE_STATES
+from gpuroom.remote.queue_events import ACTIVE_STATES, preempt_over
 from gpuroom.tui.present.format import fmt_text, fmt_utc
 from gpuroom.tui.rules.finding import Finding
 from gpuroom.tui.snapshot import Snapshot
@@ -25,11 +25,13 @@ FIX = ("the cloud takes the box in seconds: the jobs were sent SIGUSR1 to save; 
 
 
 def preempt_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
-    """Critical while a notice of this boot stands; a notice of an earlier boot is history."""
+    """Critical while a notice of this boot stands; a notice of an earlier boot, or one long
+    past its time with the box still up, is history."""
     out = []
     for queue in snap.queue.queues if snap.queue is not None else ():
         notice = queue.preempt
-        if notice is None or (snap.host.boot_id and notice.boot_id != snap.host.boot_id):
+        if notice is None or (snap.host.boot_id and notice.boot_id != snap.host.boot_id) \
+                or preempt_over(notice.at, notice.t, now):
             continue
         left = max(0.0, notice.at - now) if notice.at is not None else None
         when = f"in {left:.0f} s" if left is not None else "now"
@@ -43,13 +45,13 @@ def preempt_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
     return out
 
 
-def stop_surviving_paths(profile: Profile | None) -> list[str]:
-    """The profile's mounts that survive a stop, by a path the box can expand ("unknown" and
-    paths of mounts a stop wipes are left out)."""
+def stop_surviving_paths(profile: Profile | None, survives: bool = True) -> list[str]:
+    """The profile's mounts that survive a stop (``survives=False``: that a stop wipes, such
+    as Slurm's node-local $TMPDIR), by a path the box can expand ("unknown" left out)."""
     if profile is None:
         return []
     return [m.path for m in profile.mounts
-            if m.survives_stop is True and m.path.startswith(("/", "~", "$"))]
+            if m.survives_stop is survives and m.path.startswith(("/", "~", "$"))]
 
 
 def stop_only_paths(profile: Profile | None) -> list[str]:

@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import json
 import os
+import posixpath
 import re
 import secrets
 import shlex
+import shutil
 import socket
 import sys
 from dataclasses import dataclass
@@ -951,6 +953,54 @@ class PullIO:
                 await source.close()
         except (OSError, EOFError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise await self._fail(f"fetch {remote_path}", exc) from exc
+
+
+class PushIO:
+    """Byte transfer to one host's box (tui/transport/push.py, `queue move`); like PullIO, a
+    small object using the link's connection."""
+
+    def __init__(self, link: HostLink) -> None:
+        self.link = link
+
+    async def put_path(self, local: Path, remote_tmp: str, remote_final: str) -> None:
+        """Stream ``local`` to ``remote_tmp``, then rename it to ``remote_final`` (its
+        directory made first). LinkError on failure; ``remote_tmp`` may be left."""
+        try:
+            transport = await asyncio.wait_for(self.link._connect(),
+                                               self.link._connect_deadline())
+            if isinstance(transport, SshTransport):
+                async with transport._conn.start_sftp_client() as sftp:
+                    await sftp.makedirs(posixpath.dirname(remote_final), exist_ok=True)
+                    await sftp.put(str(local), remote_tmp, block_size=PULL_BLOCK_BYTES)
+                    await sftp.posix_rename(remote_tmp, remote_final)
+            else:
+                await asyncio.to_thread(_local_put, local, remote_tmp, remote_final)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            if not isinstance(exc, (OSError, asyncssh.SFTPError)) or \
+                    isinstance(exc, asyncssh.SFTPConnectionLost):
+                await self.link._drop()
+            raise LinkError(self.link.name, f"copying {local.name} to {remote_final} failed: "
+                            f"{_describe(exc)}") from exc
+
+    async def remove(self, remote_path: str) -> bool:
+        """Remove one file on the box; False when that failed (it may not exist)."""
+        try:
+            transport = await asyncio.wait_for(self.link._connect(),
+                                               self.link._connect_deadline())
+            if isinstance(transport, SshTransport):
+                async with transport._conn.start_sftp_client() as sftp:
+                    await sftp.remove(remote_path)
+            else:
+                Path(remote_path).unlink()
+        except (OSError, asyncssh.Error, asyncio.TimeoutError, LinkError):
+            return False
+        return True
+
+
+def _local_put(local: Path, tmp: str, final: str) -> None:
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    shutil.copyfile(local, tmp)
+    os.replace(tmp, final)
 
 
 class _Buf:

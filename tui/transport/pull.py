@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -350,9 +350,11 @@ class _Rsync:
     neither the box's shell nor rsync's own wildcard expansion sees it.
     """
 
-    def __init__(self, link: HostLink, *, every_file: bool = False) -> None:
+    def __init__(self, link: HostLink, *, every_file: bool = False,
+                 bwlimit_kbps: int | None = None) -> None:
         self.link = link
         self.every_file = every_file
+        self.bwlimit_kbps = bwlimit_kbps  # the mirror's cap (rsync's own unit, KiB/s)
         self.usable: bool | None = None  # None: not asked yet
         self._probe_task: asyncio.Future[bool] | None = None
 
@@ -363,6 +365,11 @@ class _Rsync:
 
     def _ssh(self) -> list[str]:
         return self.link.bulk_ssh_argv()
+
+    def _options(self) -> tuple[str, ...]:
+        if self.bwlimit_kbps is None:
+            return RSYNC_OPTIONS  # read now: a test may slow every pull through it
+        return (f"--bwlimit={self.bwlimit_kbps}",)
 
     def start_probe(self) -> None:
         """Ask the box now, so the ssh login overlaps the manifest instead of following it."""
@@ -407,7 +414,7 @@ class _Rsync:
                     on_progress: Callable[[int], None]) -> int:
         alias = self.link.host.ssh or ""
         argv = ["rsync", "--append", "-s", "--stats", f"--timeout={int(PULL_READ_TIMEOUT_S)}",
-                f"--rsync-path={RSYNC_REMOTE}", *RSYNC_OPTIONS, "-e", shlex.join(self._ssh()),
+                f"--rsync-path={RSYNC_REMOTE}", *self._options(), "-e", shlex.join(self._ssh()),
                 *_RSYNC_ONE_NAME, "--", f"{alias}:{'/' if remote.startswith('/') else '.'}",
                 str(part.resolve())]
         proc = await asyncio.create_subprocess_exec(
@@ -694,8 +701,15 @@ def _refetch_reason(unchanged: bool, kept: int) -> str:
 async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                on_progress: Callable[[Progress], None] | None = None, job: str | None = None,
                load_test_torch: bool | None = None,
-               state_path: Path | None = None, method: str = "auto") -> PullResult:
+               state_path: Path | None = None, method: str = "auto",
+               only: Sequence[str] | None = None,
+               bwlimit_kbps: int | None = None) -> PullResult:
     """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified.
+
+    ``only``: these paths under ``remote_dir`` and nothing else (the mirror's newest
+    checkpoint, tui/fleet/mirror.py); the record then lists only them. ``bwlimit_kbps``:
+    every file through rsync --bwlimit (the one path that can cap its rate); where rsync
+    cannot run, the files come uncapped over SFTP and the result's note says so.
 
     ``method``: "auto" sends files of BULK_MIN_BYTES or more through the OpenSSH client's
     SFTP, and the rest through SFTP on the link; where ``ssh`` cannot open that session, big
@@ -705,7 +719,13 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if bwlimit_kbps is not None and method != "auto":
+        raise ValueError("a bandwidth cap picks its own path (rsync): leave method 'auto'")
     paths = _Paths(PullIO(link))
+    if bwlimit_kbps is not None:
+        method = "capped"
+        paths.rsync = _Rsync(link, every_file=True, bwlimit_kbps=bwlimit_kbps)
+        paths.rsync.start_probe()
     if method in ("auto", "openssh"):
         paths.openssh = _OpenSsh(link, every_file=method == "openssh")
     if method in ("auto", "rsync"):
@@ -714,7 +734,8 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
             paths.rsync.start_probe()  # the ssh login overlaps the manifest
     try:
         return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
-                           job=job, load_test_torch=load_test_torch, state_path=state_path)
+                           job=job, load_test_torch=load_test_torch, state_path=state_path,
+                           only=list(only) if only is not None else None)
     except OSError as exc:
         # The link's own failures arrive as LinkError; an OSError is this machine's disk (no
         # space, no permission under the pull target or the state dir): the user's to fix,
@@ -728,9 +749,10 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
 
 async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                 on_progress: Callable[[Progress], None] | None, job: str | None,
-                load_test_torch: bool | None, state_path: Path | None) -> PullResult:
+                load_test_torch: bool | None, state_path: Path | None,
+                only: list[str] | None = None) -> PullResult:
     local.mkdir(parents=True, exist_ok=True)
-    doc = await take_manifest(link, remote_dir, defer_above=DEFER_HASH_BYTES)
+    doc = await take_manifest(link, remote_dir, only, defer_above=DEFER_HASH_BYTES)
     box_dir = str(doc.get("dir") or remote_dir)
     result = PullResult(host=link.name, job=job, remote_dir=box_dir, local_dir=str(local),
                         manifest_complete=bool(doc.get("complete")),
@@ -789,6 +811,10 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                      f"instead: {openssh.session_error}")
     if not do_load:
         notes.append("hash-verified, not load-verified: torch is not importable here")
+    if rsync is not None and rsync.bwlimit_kbps is not None and any(
+            f.via not in ("", "rsync") for f in result.files):
+        notes.append("bandwidth cap not applied: rsync could not run on both ends, so files "
+                     "came over SFTP at full rate")
     result.note = "; ".join(notes)
     if result.ok and result.files:
         record_pull(result, state_path)

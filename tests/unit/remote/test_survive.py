@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuroom.remote.queue_events import ckpt_dir_of
-from gpuroom.remote.survive import ckpt_warning
+from gpuroom.remote.survive import ckpt_warning, node_local_warning
 
 
 def test_a_checkpoint_dir_outside_every_surviving_mount_is_warned(tmp_path: Path) -> None:
@@ -28,3 +28,16 @@ def test_under_a_surviving_mount_by_symlink_or_home_no_warning(
     via_config = ckpt_dir_of("/unused", "q", "j1", None, {"durable_dir": str(tmp_path / "vol")})
     assert ckpt_warning(via_config, ["~/vol"]) is None
     assert ckpt_warning("/anything", []) is None  # no surviving mount known: no claim
+
+
+def test_a_slurm_checkpoint_in_the_allocations_tmpdir_is_warned_as_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The login node's own TMPDIR is not the allocation's: $TMPDIR is matched as written.
+    monkeypatch.setenv("TMPDIR", "/scratch/u/login-tmp")
+    shared = ["$HOME", "/scratch/$USER"]
+    for ckpt in ("$TMPDIR/ckpt", "${TMPDIR}/run/ckpt", "/dev/shm/ckpt"):
+        said = node_local_warning(ckpt, ["$TMPDIR"], shared)
+        assert said is not None and "SLURM5" in said and "/scratch/$USER" in said, ckpt
+    assert node_local_warning("/scratch/u/login-tmp/ckpt", ["$TMPDIR"], shared) is None
+    assert node_local_warning("$TMPDIRS/ckpt", ["$TMPDIR"], shared) is None
+    assert node_local_warning("/scratch/u/runs/ckpt", [], shared) is None

@@ -141,7 +141,7 @@ def test_a_gpu_job_with_no_process_on_its_idle_gpu_trains_on_the_cpu() -> None:
     snap = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 10 * MIN, 8192)])
     (f,) = found(prev, snap, "U31")
     assert f.severity == "critical" and "trains on the CPU" in f.title
-    assert "no process on GPU 0" in f.seen
+    assert "no compute process on GPU 0" in f.seen
     assert found(prev, snap, "U38") == []  # not the info "CPU-data-bound" any more
 
 
@@ -155,6 +155,41 @@ def test_no_cpu_training_with_a_process_on_the_gpu_or_early_in_the_run() -> None
     empty = rec.vary(_idle_h100(), processes=[])
     early = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 2 * MIN, 8192)])
     assert found(None, early, "U31") == []
+
+
+def test_a_desktops_display_processes_do_not_hide_cpu_training() -> None:
+    # Xorg and gnome-shell (type G, as fixtures/nvsmi_table/driver460-gtx1080-with-processes
+    # lists them) hold the card of a desktop box whatever the job does.
+    held = _idle_h100()
+    (proc,) = held["processes"][:1]
+    desktop = rec.vary(held, processes=[rec.vary(dict(proc), pid=1335, type="G",
+                                                  name="/usr/libexec/Xorg")])
+    snap = rec.snapshot(T, gpus=[desktop], jobs=[_gpu_job(T - 10 * MIN, 8192)])
+    (f,) = found(None, snap, "U31")
+    assert f.severity == "critical" and "no compute process on GPU 0" in f.seen
+
+
+def test_the_cpu_training_window_is_the_hosts_own() -> None:
+    empty = rec.vary(_idle_h100(), processes=[])
+    early = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 2 * MIN, 8192)])
+    # hosts.toml cpu_training_after_min = 1: two minutes with no process is enough.
+    (f,) = found(None, early, "U31", cpu_training_after_s=1 * MIN)
+    assert f.severity == "critical" and "running 2 min" in f.seen
+    late = rec.snapshot(T, gpus=[empty], jobs=[_gpu_job(T - 10 * MIN, 8192)])
+    assert found(None, late, "U31", cpu_training_after_s=15 * MIN) == []
+
+
+def test_hosts_toml_sets_the_cpu_training_window_per_host(tmp_path: Any) -> None:
+    from gpuroom.tui.config import load
+
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.a]\nssh = "a"\ncpu_training_after_min = 2.5\n'
+                    '[hosts.b]\nssh = "b"\ncpu_training_after_min = 0\n[hosts.c]\nssh = "c"\n')
+    hosts = load(path).hosts
+    assert hosts["a"].cpu_training_after_s == 150.0 and hosts["a"].error is None
+    assert hosts["b"].error is not None
+    assert "cpu_training_after_min must be a number" in hosts["b"].error
+    assert hosts["c"].cpu_training_after_s is None  # the default, 5 min, applies
 
 
 # ------------------------------------------------------------------------- item 3: U22

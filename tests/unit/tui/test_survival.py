@@ -31,6 +31,12 @@ def test_no_notice_or_one_of_an_earlier_boot_says_nothing() -> None:
     assert preempt_findings("spot1", snap("b2", NOTICE), now=1010.0) == []
 
 
+def test_a_notice_long_past_its_time_with_the_box_up_is_over() -> None:
+    # 1030 + 10 min: a box still answering then was not taken (resumed, or withdrawn).
+    assert preempt_findings("spot1", snap("b1", NOTICE), now=1030.0 + 599) != []
+    assert preempt_findings("spot1", snap("b1", NOTICE), now=1030.0 + 601) == []
+
+
 def test_a_hostile_cloud_name_reaches_the_finding_inert() -> None:
     evil = {**NOTICE, "cloud": "aws\x1b]52;c;ZXZpbA==\x07"}
     (finding,) = preempt_findings("spot1", snap("b1", evil), now=1010.0)

@@ -1,0 +1,299 @@
+"""`gpuroom queue move HOST JOB --to HOST2` (issue 21 item 2): the job goes on on another box.
+
+In order: read the job (argv, env, cwd, GPUs) from HOST; kill it there and wait for it to end
+(its last SIGTERM save is then on disk); bring its newest committed checkpoint home through
+the mirror (tui/fleet/mirror.py, the verified pull); on HOST2, pause the queue so nothing
+starts early, add the identical command (paths under HOST's ``workdir`` mapped to HOST2's),
+push the checkpoint into the new job's checkpoint dir (tui/transport/push.py, sha256-checked
+on arrival), resume the queue. The lineage (A/j7 -> B/j3) is recorded in ``moves.json``
+beside mirror.json and shown in both queues.
+
+Where HOST cannot be reached, the move goes on from what the mirror kept: the job's command
+(`queue show`'s answer, saved at its first mirror cycle) and its newest verified checkpoint;
+the move is recorded with a fence, and the fleet (room, `gpuroom watch`) kills HOST's copy at
+its first good poll, before any dead runner there is restarted (tui/fleet/live.py _fence).
+A job the mirror never saw cannot be moved from an unreachable host: its command exists only
+on that box, and the move says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import posixpath
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpuroom.remote.queue_events import LIVE_STATES, ckpt_dir_of
+from gpuroom.tui.config import HostConfig, Settings
+from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
+from gpuroom.tui.model import MirrorHome
+from gpuroom.tui.snapshot import JobSpec, load_answer
+from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.push import push_file
+
+KILL_WAIT_S = 120.0  # past the queue's default 30 s kill grace, and a slow last save
+POLL_S = 0.5
+
+log = logging.getLogger(__name__)
+
+
+class MoveError(GpuroomError):
+    """The move stopped; what was done so far is in the message."""
+
+
+def map_path(value: str, old: str | None, new: str | None) -> str:
+    """``value`` with a leading ``old`` workdir replaced by ``new`` (both hosts must set
+    one); any other value as it is."""
+    if not old or not new or old == new:
+        return value
+    if value == old:
+        return new
+    prefix = old.rstrip("/") + "/"
+    return new.rstrip("/") + "/" + value[len(prefix):] if value.startswith(prefix) else value
+
+
+@dataclass(frozen=True)
+class Move:
+    """One job moved: A/j7 -> B/j3, with the checkpoint step it resumes from."""
+
+    src_host: str
+    src_job: str
+    dst_host: str
+    dst_job: str
+    step: int | None
+    at: float
+    # The source's copy still to be killed when its host answers again (the move was made
+    # while it could not be reached): True until a poll shows it not live (Fleet fences it).
+    fence: bool = False
+
+    @property
+    def line(self) -> str:
+        step = f"from ckpt step {self.step}" if self.step is not None else \
+            "no checkpoint: it starts from the beginning"
+        return f"{self.src_host}/{self.src_job} -> {self.dst_host}/{self.dst_job} ({step})"
+
+
+class Lineage:
+    """moves.json: every move, written atomically (tmp, fsync, rename)."""
+
+    def __init__(self, state: MirrorState) -> None:
+        self.path = state.path.with_name("moves.json")
+
+    def load(self) -> list[Move]:
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("moves: %s unreadable (%s)", self.path, exc)
+            return []
+        out = []
+        for raw in doc.get("moves", []) if isinstance(doc, dict) else []:
+            try:
+                out.append(Move(**raw))
+            except TypeError:
+                continue
+        return out
+
+    def add(self, move: Move) -> None:
+        self._write([*self.load(), move])
+
+    def _write(self, moves: list[Move]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump({"version": 1, "moves": [asdict(m) for m in moves]}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def fences(self, host: str) -> list[Move]:
+        """Moves away from ``host`` whose old copy may still run there."""
+        return [m for m in self.load() if m.fence and m.src_host == host]
+
+    def fenced(self, move: Move) -> None:
+        """``move``'s old copy is seen ended: no more fencing."""
+        self._write([dataclasses.replace(m, fence=False) if m == move else m
+                     for m in self.load()])
+
+    def for_host(self, host: str) -> dict[str, str]:
+        """Each of ``host``'s moved jobs: "moved to B/j3" or "from A/j7" (the newest)."""
+        out: dict[str, str] = {}
+        for m in self.load():
+            if m.src_host == host:
+                out[m.src_job] = f"moved to {m.dst_host}/{m.dst_job}"
+            if m.dst_host == host:
+                out[m.dst_job] = f"from {m.src_host}/{m.src_job}"
+        return out
+
+
+async def _ask(link: HostLink, *args: str, check: bool = True,
+               stdin: bytes | None = None) -> dict[str, object]:
+    result = await link.helper("queue", *args, stdin=stdin, timeout_s=60.0)
+    try:
+        doc = load_answer(result.stdout)
+    except ValueError:
+        raise LinkError(link.name, f"queue {args[0]} failed ({result.failure()})") from None
+    if not isinstance(doc, dict) or (check and not doc.get("ok")):
+        why = doc.get("error") if isinstance(doc, dict) else None
+        raise MoveError(f"{link.name}: queue {args[0]} refused: {why or result.failure()}",
+                        "see gpuroom queue ls " + link.name)
+    return doc
+
+
+async def _ended(link: HostLink, job: str, deadline_s: float) -> JobSpec:
+    """Poll ``job`` until it is no longer live (bounded)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        spec = (await read_spec(link, job)).jobs[0]
+        if spec.state not in LIVE_STATES:
+            return spec
+        if time.monotonic() > deadline:
+            raise MoveError(f"{link.name}/{job} still {spec.state} {deadline_s:.0f} s after "
+                            "the kill: not moved", "kill it again, then move")
+        await asyncio.sleep(POLL_S)
+
+
+def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str], bytes | None]:
+    """`queue add`'s options and argv for the identical job on ``dst``, and its stdin: the
+    env values travel there, never on the box's command line (U34)."""
+    def mapped(value: str) -> str:
+        return map_path(value, src.workdir, dst.workdir)
+
+    opts = [f"--name={spec.name}"] if spec.name else []
+    if spec.cwd:
+        opts.append(f"--cwd={mapped(spec.cwd)}")
+    stdin = None
+    if spec.env:
+        opts.append("--env-stdin")
+        stdin = json.dumps({k: mapped(v) for k, v in spec.env.items()}).encode()
+    if spec.gpus is not None:
+        opts += ["--gpus", str(spec.gpus)]
+    if spec.vram_mib is not None:
+        opts += ["--vram-mib", str(spec.vram_mib)]
+    opts += ["--retries", str(spec.retries or 0)]
+    if spec.retry_on_exit:
+        opts.append("--retry-on-exit")
+    opts += [f"--output={o}" for o in spec.outputs]
+    if spec.durable_dir:
+        opts.append(f"--durable-dir={mapped(spec.durable_dir)}")
+    return [*opts, "--", *(mapped(a) for a in spec.argv)], stdin
+
+
+async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
+                   state: MirrorState | None = None,
+                   say: Callable[[str], None] = lambda _line: None) -> Move:
+    """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc."""
+    src, dst = src_link.host, dst_link.host
+    state = state or MirrorState()
+    # The new host first: a job is never killed for a move that cannot land.
+    await _ask(dst_link, "ls", check=False)
+    try:
+        spec = (await read_spec(src_link, job)).jobs[0]
+    except LinkError as exc:
+        # The box is gone (or its link): what the mirror kept is the job's command and its
+        # newest verified checkpoint. The old copy is fenced when the host answers again.
+        cached = state.spec(src.name, job)
+        home = state.host(src.name).get(job)
+        if cached is None:
+            where = f"; its newest checkpoint home is {home.local_path}" if home else ""
+            raise MoveError(f"{src.name} cannot be reached ({exc}): {job}'s command is only "
+                            f"on that box{where}", f"move it when {src.name} answers") from exc
+        say(f"{src.name} cannot be reached ({exc}): moving {job} from what the mirror kept"
+            + (f" (ckpt step {home.step})" if home else " (no checkpoint)")
+            + f"; its copy there is killed when {src.name} answers again")
+        _check_home(home)
+        new_job = await _add_paused(dst_link, cached.jobs[0], src, home, say=say)
+        move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
+                    fence=True)
+        Lineage(state).add(move)
+        return move
+    if spec.state in LIVE_STATES:
+        await _ask(src_link, "kill", "--", job)
+        say(f"{src.name}/{job}: killed; waiting for it to end")
+        spec = await _ended(src_link, job, KILL_WAIT_S)
+    home = await _bring_home(src_link, spec, settings=settings, state=state, say=say)
+    new_job = await _add_paused(dst_link, spec, src, home, say=say)
+    move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time())
+    Lineage(state).add(move)
+    return move
+
+
+async def _bring_home(link: HostLink, spec: JobSpec, *, settings: Settings,
+                      state: MirrorState, say: Callable[[str], None]) -> MirrorHome | None:
+    host = link.host
+    if spec.ckpt_dir:
+        outcome = await mirror_job(link, host, spec.id, spec.ckpt_dir, settings=settings,
+                                   state=state)
+        say(outcome.line)
+        if outcome.status == "failed":
+            raise MoveError(f"{host.name}/{spec.id}: its newest checkpoint did not come home "
+                            f"({outcome.detail}): not moved", "move again (the pull resumes)")
+    home = state.host(host.name).get(spec.id)
+    _check_home(home)
+    return home
+
+
+def _check_home(home: MirrorHome | None) -> None:
+    if home is not None and not Path(home.local_path).is_file():
+        raise MoveError(f"{home.local_path} (step {home.step}) is gone from this machine",
+                        "move again after the job's checkpoint is pulled home")
+
+
+async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
+                      home: MirrorHome | None, *, say: Callable[[str], None]) -> str:
+    """Add the job on ``link``'s host with its queue paused, place the checkpoint in the
+    new job's dir, then resume (unless the queue was paused before)."""
+    dst = link.host
+    before = await _ask(link, "ls", check=False)  # an empty queue's answer has no "ok"
+    config = before.get("config")
+    was_paused = isinstance(config, Mapping) and bool(config.get("paused"))
+    if not was_paused:
+        await _ask(link, "pause")
+    new_job = ""
+    try:
+        argv, stdin = add_argv(spec, src, dst)
+        added = await _ask(link, "add", *argv, stdin=stdin)
+        new_job = str(added.get("job"))
+        say(f"{dst.name}: added {new_job} ({src.name}/{spec.id}'s command)")
+        if home is not None:
+            where = await read_spec(link, new_job)
+            root = posixpath.dirname(posixpath.dirname(where.dir or ""))
+            ckpt_dir = ckpt_dir_of(root, where.queue, new_job, where.jobs[0].durable_dir,
+                                   {"durable_dir": where.config.durable_dir})
+            await push_file(link, Path(home.local_path), ckpt_dir, home.file, home.sha256)
+            say(f"{dst.name}/{new_job}: ckpt step {home.step} in {ckpt_dir}, sha256 checked "
+                "on arrival")
+    except BaseException:
+        # A job without its checkpoint would start from step 0: it goes, and the queue's
+        # other jobs must not stay held by a failed move.
+        await asyncio.shield(_undo(link, new_job, resume=not was_paused))
+        raise
+    if not was_paused:
+        await _resume(link)
+    return new_job
+
+
+async def _undo(link: HostLink, new_job: str, *, resume: bool) -> None:
+    if new_job:
+        try:
+            await _ask(link, "remove", "--", new_job)
+        except (LinkError, MoveError) as exc:
+            log.warning("%s: removing %s after a failed move failed: %s", link.name, new_job,
+                        exc)
+    if resume:
+        await _resume(link)
+
+
+async def _resume(link: HostLink) -> None:
+    try:
+        await _ask(link, "resume")
+    except (LinkError, MoveError) as exc:
+        log.warning("%s: queue resume after a move failed: %s", link.name, exc)
