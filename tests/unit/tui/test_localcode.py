@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuroom.tui import config as cfg
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.rules.doctor import diagnose_fleet
@@ -126,6 +128,7 @@ def test_the_room_and_the_doctor_warn_from_the_fleets_read_of_the_tree(tmp_path:
         assert [f.id for f in doctor if f.id == "U42"] == expected
 
 
+@pytest.mark.attack("bad configuration", "code = 3 in hosts.toml: not a path")
 def test_hosts_toml_code_is_read_written_back_and_a_bad_one_is_that_hosts_error(
         tmp_path: Path) -> None:
     path = tmp_path / "hosts.toml"
@@ -134,3 +137,18 @@ def test_hosts_toml_code_is_read_written_back_and_a_bad_one_is_that_hosts_error(
     assert hosts["a"].error is None and hosts["a"].code == "~/src/proj"
     assert hosts["a"].to_toml()["code"] == "~/src/proj"
     assert hosts["b"].error is not None and "code must be" in hosts["b"].error
+
+
+@pytest.mark.attack("bad answers", "a box records a script path that climbs out of its cwd, "
+                    "to make the jump host hash a file outside the user's tree")
+def test_a_box_path_out_of_the_cwd_never_reads_outside_the_tree(tmp_path: Path) -> None:
+    head = make_repo(tmp_path / "proj")
+    (tmp_path / "secret.txt").write_text("not yours to hash")
+    raw = raw_job(head)
+    raw["attempts"][0]["code"]["scripts"][0]["path"] = "/box/proj/../../../secret.txt"
+    j = Job.read(raw)
+    assert script_rel_paths(j) == ["secret.txt"]  # its base name, looked for in the tree only
+    local = read_tree(tmp_path / "proj", ["../secret.txt", "/abs/secret.txt"])
+    assert local.sha256 == {"../secret.txt": None, "/abs/secret.txt": None}
+    same, lines = code_verdict(j, read_tree(tmp_path / "proj", script_rel_paths(j)))
+    assert same is False and lines == ["script secret.txt is not in your tree"]
