@@ -424,9 +424,10 @@ async def _run(args: argparse.Namespace) -> int:
                 stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "verify":
+            tree = _tree(args)  # before the box is asked: nothing to compare is the user's fix
             doc = _json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
-            return _verify(args, doc)
+            return _verify(args, doc, tree)
         if args.queue_cmd == "show":
             doc = _json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
@@ -508,17 +509,22 @@ def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     return 0
 
 
-def _verify(args: argparse.Namespace, doc: dict[str, Any]) -> int:
-    """``queue verify``: 0 when the box runs the code of the user's tree, 1 when it differs
-    (one line per difference), 2 when there is nothing to compare with."""
-    if not doc.get("ok"):
-        return _answer(args, doc)
+def _tree(args: argparse.Namespace) -> str:
+    """``queue verify``'s tree: --tree, else the host's ``code`` in hosts.toml."""
     host = _host(args)
     tree = args.tree or (host.code if host is not None else None)
     if not tree:
         raise GpuroomError(f"{args.host}: no tree to compare the job's code with",
                            f"gpuroom queue verify {args.host} {args.job} --tree ~/src/proj, or "
                            f"code = \"~/src/proj\" under [hosts.{args.host}] in hosts.toml")
+    return str(tree)
+
+
+def _verify(args: argparse.Namespace, doc: dict[str, Any], tree: str) -> int:
+    """``queue verify``: 0 when the box runs the code of the user's tree, 1 when it differs
+    (one line per difference), 2 when there is nothing to compare with."""
+    if not doc.get("ok"):
+        return _answer(args, doc)
     view = read_queue_view(doc)
     if not view.jobs:
         print_line(f"{args.host}: no job {args.job} in the answer", "red", err=True)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpuroom.tui import config as cfg
+from gpuroom.tui.cli.main import main
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.rules.doctor import diagnose_fleet
 from gpuroom.tui.rules.drift import LocalCode, code_verdict, script_rel_paths, tree_drift_findings
@@ -152,3 +153,14 @@ def test_a_box_path_out_of_the_cwd_never_reads_outside_the_tree(tmp_path: Path) 
     assert local.sha256 == {"../secret.txt": None, "/abs/secret.txt": None}
     same, lines = code_verdict(j, read_tree(tmp_path / "proj", script_rel_paths(j)))
     assert same is False and lines == ["script secret.txt is not in your tree"]
+
+
+def test_verify_with_no_tree_names_both_fixes_before_asking_the_box(
+        tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.box]\nssh = "nowhere.invalid"\n')
+    path.chmod(0o600)
+    assert main(["--config", str(path), "queue", "verify", "box", "j1"]) != 0
+    err = capsys.readouterr().err
+    assert "no tree to compare the job's code with" in err
+    assert "--tree ~/src/proj" in err and 'code = "~/src/proj"' in err
