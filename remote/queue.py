@@ -555,6 +555,8 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
                         help="the box is a spot box of this cloud (hosts.toml spot): the "
                              "runner watches for its preemption notice")
+    parser.add_argument("--stop-only", action="append", default=[], metavar="PATH",
+                        help="a mount that survives a stop but not a destroy: say so once")
     parser.add_argument("--survives", action="append", default=[], metavar="PATH",
                         help="a mount that survives a stop (the profile's): warn when the "
                              "checkpoints go elsewhere")
@@ -632,10 +634,13 @@ def _cmd_add(argv: List[str]) -> int:
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     if doc.get("recorded"):
         config = fold(read_events(queue_dir(root, queue))[0], queue)["config"]
-        warning = survive.ckpt_warning(
-            ckpt_dir_of(root, queue, str(doc["job"]), args.durable_dir, config), args.survives)
+        ckpt_dir = ckpt_dir_of(root, queue, str(doc["job"]), args.durable_dir, config)
+        warning = survive.ckpt_warning(ckpt_dir, args.survives)
         if warning:
             doc["warning"] = warning
+        info = survive.destroy_note(ckpt_dir, args.stop_only)
+        if info:
+            doc["info"] = info
     _emit(doc)
     return 0 if doc["ok"] else 1
 

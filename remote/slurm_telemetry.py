@@ -37,7 +37,12 @@ from .queue_runner import _read_json, import_path
 STEP_NAME = "gpuroom-probe"
 STEP_TIMEOUT_S = 15.0  # srun's step launch is ~1 s; a busy slurmd can take several
 MIN_INTERVAL_S = 2.0  # at most one probe step per job per poll interval (the fleet's 2 s)
-WATCHER_GRACE_S = 10.0  # a watcher older than its timeout plus this is hung itself
+SLURM_CALL_S = 10.0  # the bound on each squeue / scancel the watcher runs
+SRUN_LEAVE_S = 5.0  # srun's time to leave after SIGTERM before it is killed
+# A watcher older than its step's timeout plus this is hung itself: its own bounded work (two
+# squeue listings, a scancel, srun leaving) can take that long on a busy login node, and a
+# watcher killed while it still works would never write its answer.
+WATCHER_GRACE_S = 3 * SLURM_CALL_S + SRUN_LEAVE_S + 5.0
 OUTPUT_MAX_BYTES = 1 << 20  # one JSON document per node; a cap against a runaway step
 REFUSED_FILE = "refused"
 # A site (or a test) whose steps start slowly, or that wants hangs cut sooner, sets this.
@@ -207,13 +212,13 @@ def _run(argv: List[str], timeout: float) -> Tuple[int, str, str]:
 def cancel_probe_steps(slurm_id: str) -> List[str]:
     """scancel every ``gpuroom-probe`` step still listed in the job: a hung one's leftovers."""
     rc, out, _ = _run(["squeue", "--steps", "--noheader", f"--jobs={slurm_id}",
-                       "--format=%i|%j"], 10.0)
+                       "--format=%i|%j"], SLURM_CALL_S)
     if rc != 0:
         return []
     steps = [line.split("|")[0] for line in out.splitlines()
              if line.split("|")[-1].strip() == STEP_NAME]
     for step in steps:
-        _run(["scancel", "--quiet", step], 10.0)
+        _run(["scancel", "--quiet", step], SLURM_CALL_S)
     return steps
 
 
@@ -254,7 +259,7 @@ def watch(spec: Dict[str, Any]) -> Dict[str, Any]:
     except subprocess.TimeoutExpired:
         proc.terminate()  # srun forwards SIGTERM to the step and leaves
         try:
-            out_b, err_b = proc.communicate(timeout=5)
+            out_b, err_b = proc.communicate(timeout=SRUN_LEAVE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             out_b, err_b = proc.communicate()

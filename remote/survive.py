@@ -57,6 +57,17 @@ def node_local_warning(ckpt_dir: str, node_local: List[str],
             f"under {where}, or stage them in $TMPDIR and copy them there before the job exits")
 
 
+def destroy_note(ckpt_dir: str, stop_only: List[str]) -> Optional[str]:
+    """One sentence when ``ckpt_dir`` is on a mount that survives a stop but not a destroy
+    (RunPod's volume disk): safe to stop, gone on a terminate unless pulled (principle 4)."""
+    for root in stop_only:
+        if under_any(ckpt_dir, [root]):
+            return (f"checkpoints go to {ckpt_dir}, on {root}: it survives a stop but not a "
+                    "destroy (principle 4). Pull them (gpuroom pull HOST) before you "
+                    "terminate, or checkpoint to storage that survives both")
+    return None
+
+
 def ckpt_warning(ckpt_dir: str, surviving: List[str]) -> Optional[str]:
     """One sentence when ``ckpt_dir`` is under none of ``surviving`` (none given: no claim)."""
     if not surviving or under_any(ckpt_dir, surviving):

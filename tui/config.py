@@ -89,6 +89,7 @@ class HostConfig:
     # Mean hours between interruptions of this box: overrides the profile's mtbf_s (the
     # Young/Daly checkpoint cadence, principle 8).
     mtbf_hours: float | None = None
+    code: str | None = None  # the user's own tree of what runs on this box (U42)
     # Mirror running jobs' checkpoints home (tui/fleet/mirror.py); None: on where the profile
     # says the box can vanish (spot), off elsewhere.
     mirror: bool | None = None
@@ -137,6 +138,8 @@ class HostConfig:
             out["cpu_training_after_min"] = self.cpu_training_after_min
         if self.mtbf_hours is not None:
             out["mtbf_hours"] = self.mtbf_hours
+        if self.code:
+            out["code"] = self.code
         if self.mirror is not None:
             out["mirror"] = self.mirror
         if self.workdir is not None:
@@ -192,7 +195,8 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 
 _HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
-              "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir"}
+              "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir",
+              "code"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -246,6 +250,13 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
             host.pull_to = pull_to
         else:
             problems.append("pull_to must be a directory path")
+    code = raw.get("code")
+    if code is not None:
+        if isinstance(code, str) and code and "\n" not in code:
+            host.code = code
+        else:
+            problems.append("code must be the path of your own tree of this box's code, e.g. "
+                            "code = \"~/src/proj\"")
     teardown = raw.get("teardown_command")
     if teardown is not None:
         if isinstance(teardown, list) and teardown and all(isinstance(a, str) for a in teardown):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
+from gpuroom.tui.rules.drift import LocalCode
 from gpuroom.tui.snapshot import RawSnapshot, read_snapshot
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 
@@ -108,6 +109,8 @@ class HostState:
     # hosts.toml cpu_training_after_min: how long a GPU job may have no process on its GPUs.
     cpu_training_after_s: float | None = None
     mtbf_s: float | None = None  # hosts.toml mtbf_hours: the box's mean time to interruption
+    code: str | None = None  # hosts.toml code: the user's own tree of the box's code (U42)
+    local_code: LocalCode | None = None  # that tree as read after the last good poll
     spot: str | None = None  # hosts.toml spot: the cloud of a spot box (U45)
     polls_ok: int = 0
     polls_failed: int = 0

@@ -74,6 +74,14 @@ def add(capsys: pytest.CaptureFixture[str], config: Path, *argv: str) -> dict[st
     return doc
 
 
+def _jobs_said(state: HostState) -> list[Any]:
+    """What a timed-out wait saw, short: each job's state and its in-allocation probe."""
+    view = state.view
+    if view is None:
+        return [state.state, state.error]
+    return [(j.id, j.name, j.state, j.telemetry) for j in view.jobs]
+
+
 def poll_until(config: Path, ready: Any, timeout: float = WAIT_S,
                host: str = "box") -> HostState:
     """Poll the host through the fleet (the room's path) until ``ready(state)``."""
@@ -86,7 +94,7 @@ def poll_until(config: Path, ready: Any, timeout: float = WAIT_S,
                 state = await fleet.poll_host(host)
                 if state.state is LinkState.UP and ready(state):
                     return state
-                assert time.monotonic() < deadline, state.snapshot
+                assert time.monotonic() < deadline, _jobs_said(state)
                 await asyncio.sleep(0.5)
         finally:
             await fleet.close()

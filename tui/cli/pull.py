@@ -15,7 +15,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import GpuroomError, describe
-from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.live import Fleet, watched_mounts
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
 from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.sanitize import sanitize_line
@@ -103,9 +103,9 @@ async def _pull(args: argparse.Namespace) -> int:
 
 
 async def _gate(args: argparse.Namespace) -> int:
-    fleet, _host = _fleet(args)
+    fleet, host = _fleet(args)
     try:
-        result = await check_gate(fleet.link(args.host))
+        result = await check_gate(fleet.link(args.host), watched_mounts(host))
     except GpuroomError as exc:
         print(f"gpuroom gate: {describe(exc)}", file=sys.stderr)
         # Not knowing is not "not safe": an unreachable box says 3, like status and doctor.

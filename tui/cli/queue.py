@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
@@ -28,11 +29,13 @@ from gpuroom.tui.fleet.move import Lineage
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
 from gpuroom.tui.present.slurm import queue_backend, slurm_summary
+from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
-from gpuroom.tui.rules.survival import stop_surviving_paths
+from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
+from gpuroom.tui.transport.localcode import read_tree
 
 LOG_CHUNK_BYTES = 256 << 10
 LOG_TAIL_BYTES = 1 << 20  # the most `logs -n N` reads back from the end
@@ -113,6 +116,12 @@ def add_cli(sub: Any) -> None:
         p.add_argument("host")
         p.add_argument("job")
         p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
+    p = qsub.add_parser("verify", help="does the box run your code? the job's launch git HEAD, "
+                        "dirty flag and script sha256s against your own tree (U42)")
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--tree", help="your tree of the job's cwd (default: the host's `code` in "
+                   "hosts.toml)")
     p = qsub.add_parser("mv", help="move a queued job to a position (0: next to start)")
     p.add_argument("host")
     p.add_argument("job")
@@ -354,6 +363,8 @@ async def _run(args: argparse.Namespace) -> int:
             host = _host(args)
             for path in stop_surviving_paths(_profile(host)):
                 opts.append(f"--survives={path}")
+            for path in stop_only_paths(_profile(host)):
+                opts.append(f"--stop-only={path}")
             for path in stop_surviving_paths(_profile(host), survives=False):
                 opts.append(f"--node-local={path}")
             if host is not None and host.spot:
@@ -362,6 +373,8 @@ async def _run(args: argparse.Namespace) -> int:
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
+            if doc.get("info") and not args.json:
+                print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "boot-hook":
             doc = _json_or_fail(args.host, "boot-hook",
@@ -410,6 +423,11 @@ async def _run(args: argparse.Namespace) -> int:
                 "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
                 stdin=env_stdin))
             return _answer(args, doc)
+        if args.queue_cmd == "verify":
+            tree = _tree(args)  # before the box is asked: nothing to compare is the user's fix
+            doc = _json_or_fail(args.host, "show",
+                                await link.helper("queue", "show", "--", args.job))
+            return _verify(args, doc, tree)
         if args.queue_cmd == "show":
             doc = _json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
@@ -490,6 +508,33 @@ def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     for line in detail_lines(view.jobs[0], time.time(), lineage):
         print_line(line)
     return 0
+
+
+def _tree(args: argparse.Namespace) -> str:
+    """``queue verify``'s tree: --tree, else the host's ``code`` in hosts.toml."""
+    host = _host(args)
+    tree = args.tree or (host.code if host is not None else None)
+    if not tree:
+        raise GpuroomError(f"{args.host}: no tree to compare the job's code with",
+                           f"gpuroom queue verify {args.host} {args.job} --tree ~/src/proj, or "
+                           f"code = \"~/src/proj\" under [hosts.{args.host}] in hosts.toml")
+    return str(tree)
+
+
+def _verify(args: argparse.Namespace, doc: dict[str, Any], tree: str) -> int:
+    """``queue verify``: 0 when the box runs the code of the user's tree, 1 when it differs
+    (one line per difference), 2 when there is nothing to compare with."""
+    if not doc.get("ok"):
+        return _answer(args, doc)
+    view = read_queue_view(doc)
+    if not view.jobs:
+        print_line(f"{args.host}: no job {args.job} in the answer", "red", err=True)
+        return 1
+    job = view.jobs[0]
+    same, lines = code_verdict(job, read_tree(Path(tree), script_rel_paths(job)))
+    for line in lines:
+        print_line(f"{args.host}: {job.id}: {line}", "" if same else "yellow")
+    return 2 if same is None else 0 if same else 1
 
 
 async def _logs(link: Any, args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
+from gpuroom.tui.rules.drift import script_rel_paths
 from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job as JobView
@@ -40,6 +41,7 @@ from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.localcode import read_tree
 from gpuroom.tui.transport.pull import take_manifest
 
 if TYPE_CHECKING:
@@ -139,7 +141,7 @@ class Fleet(PendingLedger):
             h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
                               rented_at=h.rented_at, stall_after_s=h.stall_after_s,
                               cpu_training_after_s=h.cpu_training_after_s,
-                              mtbf_s=h.mtbf_s, spot=h.spot,
+                              mtbf_s=h.mtbf_s, spot=h.spot, code=h.code,
                               error=h.error)
             for h in self._hosts.values()
         }
@@ -256,6 +258,10 @@ class Fleet(PendingLedger):
                 assert view is not None
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
+                if state.code:
+                    # The user's tree, read once per good poll for the U42 rule (git, off loop).
+                    paths = sorted({p for job in view.jobs for p in script_rel_paths(job)})
+                    state.local_code = await asyncio.to_thread(read_tree, Path(state.code), paths)
                 if self.mirror is not None:
                     state.mirrored = self.mirror.homes(name)
                     self.mirror.observe(name, view)
@@ -538,7 +544,7 @@ class Fleet(PendingLedger):
                                on_progress=on_progress)
 
     async def gate(self, host: str) -> GateResult:
-        return await check_gate(self.link(host))
+        return await check_gate(self.link(host), self._mounts[host])
 
     def pull_records(self) -> list[dict[str, Any]]:
         return self._pull_records.current()

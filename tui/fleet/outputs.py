@@ -12,10 +12,12 @@ from typing import Any
 
 import platformdirs
 
+from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
+from gpuroom.tui.rules.survival import destroy_wiped_mounts, teardown_destroys
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import (
     Job,
@@ -77,9 +79,11 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
     return out
 
 
-async def check_gate(link: HostLink) -> GateResult:
-    """I/O for the gate: one snapshot, the job list, each job's manifest, the records."""
-    snapshot = read_snapshot(await link.poll({}))
+async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
+    """I/O for the gate: one snapshot, the job list, each job's manifest, the records.
+    ``mounts``: the host's watched mounts (tui/fleet/live.py watched_mounts), so the probe
+    resolves the profile's ~ paths for the destroy check."""
+    snapshot = read_snapshot(await link.poll({"mounts": list(mounts)}))
     jobs = await queue_jobs(link)
     outputs: dict[str, list[dict[str, Any]] | None] = {}
     for job in jobs:
@@ -97,7 +101,16 @@ async def check_gate(link: HostLink) -> GateResult:
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
                     expected_helper_sha=link.archive.sha256,
-                    run_dirs=await run_dirs(link, jobs))
+                    run_dirs=await run_dirs(link, jobs),
+                    wiped=destroy_wiped_mounts(_profile(link.host), snapshot)
+                    if teardown_destroys(link.host.teardown_command) else ())
+
+
+def _profile(host: HostConfig) -> Profile | None:
+    try:
+        return load_profile(host.profile)
+    except ProfileError:
+        return None  # "local" and unknown names: no mounts to judge
 
 
 def run_dir_args(jobs: Sequence[Job]) -> list[str]:

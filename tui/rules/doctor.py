@@ -23,7 +23,7 @@ from gpuroom.tui.model import HostState, LinkState, Move
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
-from gpuroom.tui.rules.drift import drift_findings
+from gpuroom.tui.rules.drift import LocalCode, drift_findings, tree_drift_findings
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.money import (
     Recall,
@@ -769,14 +769,17 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              stall_after_s: float | None = None,
              mtbf_s: float | None = None,
              cpu_training_after_s: float | None = None,
+             local: LocalCode | None = None,
              moves: Sequence[Move] = ()) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
     stall threshold (hosts.toml) word the stall finding, ``cpu_training_after_s`` (hosts.toml
     cpu_training_after_min) is how long a GPU job may have no process on its GPUs; ``mtbf_s``
-    (hosts.toml mtbf_hours) overrides the profile's for the checkpoint cadence; ``moves``
-    (HostState.moved) are the fleet's moves from or to it, each failover said (rules/moves.py).
+    (hosts.toml mtbf_hours) overrides the profile's for the checkpoint cadence. ``local`` is
+    the host's ``code`` tree as the fleet read it: running jobs launched from other code are U42.
+    ``moves`` (HostState.moved) are the fleet's moves from or to it, each failover said
+    (rules/moves.py).
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
@@ -804,6 +807,8 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += preempt_findings(host, snap, now)
     out += ckpt_survival_findings(host, snap, profile)
     out += drift_findings(host, snap)
+    if local is not None:
+        out += tree_drift_findings(host, snap, local)
     out += move_findings(host, moves, now)
     return sort_findings(out)
 
@@ -841,6 +846,7 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
                         host=s.name, error=s.error, last_ok=s.last_ok,
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                         mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
+                        local=s.local_code,
                         moves=s.moved)
     return sort_findings(out)
 

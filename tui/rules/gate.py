@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.rules.gate_items import GateItem, gpu_work_item, outputs_item, rundirs_item
+from gpuroom.tui.rules.survival import WipedMount, wiped_by_destroy
 from gpuroom.tui.snapshot import RunDirs, Snapshot
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
@@ -111,20 +112,39 @@ def job_pull(host: str, job: str, entries: Sequence[Mapping[str, Any]],
     return JobPull(job, len(files), record, tuple(pulled), tuple(stale))
 
 
+def _destroyed(snapshot: Snapshot | None, jobs: Sequence[str],
+               wiped: Sequence[WipedMount]) -> list[str]:
+    """``jobs`` whose checkpoint dir is on a mount the teardown wipes, as "dir (job, on
+    mount, which survives a stop only)"."""
+    ckpt = {j.id: j.ckpt_dir for j in snapshot.jobs} if snapshot is not None else {}
+    out = []
+    for job in jobs:
+        mount = wiped_by_destroy(ckpt.get(job), wiped)
+        if mount is not None:
+            kind = "which survives a stop, not a destroy" if mount.survives_stop else \
+                "which survives neither a stop nor a destroy"
+            out.append(f"{ckpt.get(job)} of {job} (on {mount.path}, {kind})")
+    return out
+
+
 def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
              job_outputs: dict[str, list[dict[str, Any]] | None], *,
              expected_helper_sha: str | None = None,
-             run_dirs: RunDirs | str | None = None) -> GateResult:
+             run_dirs: RunDirs | str | None = None,
+             wiped: Sequence[WipedMount] = ()) -> GateResult:
     """The checklist for one host.
 
     ``job_outputs``: job id -> the box's current manifest entries of that job's checkpoint
     dir (None when the manifest could not be taken or was cut). Jobs with no files need no
     pull. ``run_dirs``: the box's tracker run dirs under the jobs' cwds, or why they could not
-    be listed; None leaves that item out.
+    be listed; None leaves that item out. ``wiped``: the profile's mounts the host's teardown
+    destroys (tui/rules/survival.py destroy_wiped_mounts; empty when it only stops): a job
+    whose checkpoints there are not home is named with the mount (principle 4).
     """
     items = [_queue_item(snapshot)]
     missing, stale, unverified, not_loaded = [], [], [], []
     pulled_files = 0
+    not_home: list[str] = []  # jobs with a file on the box that is not home as it is there
     for job, entries in sorted(job_outputs.items()):
         if entries is None:
             missing.append(f"{job} (its outputs could not be listed)")
@@ -132,6 +152,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
         state = job_pull(host, job, entries, records)
         if not state.files:
             continue
+        if state.record is None or state.stale:
+            not_home.append(job)
         if state.record is None:
             missing.append(job)
             continue
@@ -143,9 +165,12 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
                 unverified.append(f"{job}/{path}")
             if path.endswith(TORCH_SUFFIXES) and got.get("verified_by") != "load":
                 not_loaded.append(f"{job}/{path}")
-    items.append(GateItem("every job's outputs pulled", not missing,
-                          "not pulled: " + ", ".join(missing) if missing else
-                          f"{len(job_outputs)} jobs checked"))
+    doomed = _destroyed(snapshot, not_home, wiped)
+    detail = "not pulled: " + ", ".join(missing) if missing else f"{len(job_outputs)} jobs checked"
+    if doomed:
+        detail += "; the teardown destroys " + "; ".join(doomed[:5]) + (
+            f" (+{len(doomed) - 5})" if len(doomed) > 5 else "") + ": gpuroom pull HOST first"
+    items.append(GateItem("every job's outputs pulled", not missing and not doomed, detail))
     bad_hash = stale + unverified
     items.append(GateItem("every pulled file hash-verified", not bad_hash and not missing,
                           "differs from the box or unverified: " + ", ".join(bad_hash[:5])

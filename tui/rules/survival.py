@@ -1,5 +1,6 @@
-"""What will not survive: a spot box's preemption notice (U45) and checkpoints on a disk the
-platform wipes on stop (U46).
+"""What will not survive: a spot box's preemption notice (U45), checkpoints on a disk the
+platform wipes on stop (U46), and the mounts a destroy wipes (principle 4; the gate names the
+unpulled checkpoints on them).
 
 Pure. The queue's runner on the box asks the cloud's metadata endpoint (remote/preempt.py)
 and records the notice; this says it at every poll of the boot that saw it, with the seconds
@@ -8,6 +9,9 @@ next step).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, preempt_over
@@ -50,6 +54,15 @@ def stop_surviving_paths(profile: Profile | None, survives: bool = True) -> list
             if m.survives_stop is survives and m.path.startswith(("/", "~", "$"))]
 
 
+def stop_only_paths(profile: Profile | None) -> list[str]:
+    """The profile's mounts that survive a stop but not a destroy (RunPod's /workspace), by
+    a path the box can expand."""
+    if profile is None:
+        return []
+    return [m.path for m in profile.mounts if m.survives_destroy is False
+            and m.path in stop_surviving_paths(profile)]
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -78,3 +91,51 @@ def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -
             f"relaunch with --durable-dir {wanted[0]}/runs (or gpuroom queue config HOST "
             f"--durable-dir {wanted[0]}/runs for every job) so GPUROOM_CKPT_DIR is there"))
     return out
+
+
+# Words of a teardown command (hosts.toml teardown_command) that only stop the box: its
+# disks that survive a stop stay. Any other command, or none, is taken as a destroy.
+STOP_WORDS = frozenset({"stop", "halt", "pause", "suspend", "hibernate", "deallocate"})
+DESTROY_WORDS = frozenset({"remove", "rm", "delete", "terminate", "destroy", "kill",
+                           "terminate-instances", "delete-instance"})
+
+
+def teardown_destroys(teardown: Sequence[str] | None) -> bool:
+    """Does the user's teardown destroy the box (principle 4)? Unknown counts as yes: a
+    checkpoint is at risk until the command says it only stops."""
+    words = {w.lower() for w in teardown or ()}
+    return not (words & STOP_WORDS) or bool(words & DESTROY_WORDS)
+
+
+@dataclass(frozen=True)
+class WipedMount:
+    """A profile mount a destroy wipes: its path as the profile names it, where the probe
+    resolved it on the box, and whether it survives a stop (a volume disk: RunPod /workspace)."""
+
+    path: str
+    root: str
+    survives_stop: bool
+
+
+def destroy_wiped_mounts(profile: Profile | None, snap: Snapshot | None) -> list[WipedMount]:
+    """The profile's mounts that do not survive a destroy, by a path resolved on the box
+    ("unknown" paths and ones the probe did not resolve are left out: no claim)."""
+    if profile is None:
+        return []
+    resolved = {d.path: d.where for d in snap.disks if d.path and not d.missing and d.where} \
+        if snap is not None else {}
+    out = []
+    for m in profile.mounts:
+        if m.survives_destroy is not False or not m.path.startswith(("/", "~")):
+            continue
+        root = m.path if m.path.startswith("/") and "$" not in m.path else resolved.get(m.path)
+        if root:
+            out.append(WipedMount(m.path, root, m.survives_stop is True))
+    return out
+
+
+def wiped_by_destroy(path: str | None, mounts: Sequence[WipedMount]) -> WipedMount | None:
+    """The mount a destroy wipes that ``path`` (a job's checkpoint dir on the box) is on."""
+    if not path:
+        return None
+    return next((m for m in mounts if _inside(path, m.root)), None)

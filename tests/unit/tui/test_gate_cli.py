@@ -35,7 +35,7 @@ def test_gate_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> 
 def test_gate_on_a_box_it_cannot_check(config: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str],
                                        error: LinkError, code: int) -> None:
-    async def fail(link: HostLink) -> None:
+    async def fail(link: HostLink, mounts: object = ()) -> None:
         raise error
 
     monkeypatch.setattr(pull_cli, "check_gate", fail)
