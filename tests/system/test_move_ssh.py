@@ -252,7 +252,6 @@ def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_la
     cli(capsys, "--config", config, "queue", "kill", "boxb", new)
 
 
-@pytest.mark.attack("faults", "a --failover job's box stays down: moved, then fenced on return")
 def _doctor(state: Any) -> list[Any]:
     from gpuroom.tui.rules.doctor import diagnose
 
@@ -260,6 +259,7 @@ def _doctor(state: Any) -> list[Any]:
                     last_ok=state.last_ok, moves=state.moved)
 
 
+@pytest.mark.attack("faults", "a --failover job's box stays down: moved, then fenced on return")
 def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when_back(
         sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
@@ -340,6 +340,8 @@ def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when
     cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", move.dst_job)
 
 
+@pytest.mark.attack("faults", "a --failover job's box comes back wiped (new boot, its "
+                    "checkpoints gone): resumed elsewhere from the mirror, not from scratch")
 def test_a_failover_job_whose_box_came_back_wiped_resumes_on_the_target_not_from_scratch(
         sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
