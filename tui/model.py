@@ -62,6 +62,32 @@ class MirrorHome:
     home_at: float  # the jump host's clock when it verified here
 
 
+@dataclass(frozen=True)
+class Move:
+    """One job moved (tui/fleet/move.py, moves.json): A/j7 -> B/j3, with the checkpoint step
+    it resumes from. The job ids are the boxes' words: made inert where shown."""
+
+    src_host: str
+    src_job: str
+    dst_host: str
+    dst_job: str
+    step: int | None
+    at: float
+    # The source's copy still to be killed when its host answers again (the move was made
+    # while it could not be reached): True until a poll shows it not live (Fleet fences it).
+    fence: bool = False
+    auto: bool = False  # a failover the fleet made, not a `queue move` someone asked for
+    down_s: float | None = None  # a failover: how long the source host had been down
+    why: str | None = None  # a failover of a box that came back wiped: what was seen
+    fenced_at: float | None = None  # when a poll of the source showed its copy ended
+
+    @property
+    def line(self) -> str:
+        step = f"from ckpt step {self.step}" if self.step is not None else \
+            "no checkpoint: it starts from the beginning"
+        return f"{self.src_host}/{self.src_job} -> {self.dst_host}/{self.dst_job} ({step})"
+
+
 @dataclass
 class HostState:
     """One host as the jump host last saw it."""
@@ -91,6 +117,7 @@ class HostState:
     pending: list[PendingAction] = field(default_factory=list)
     mirrored: dict[str, MirrorHome] = field(default_factory=dict)  # by job id
     moves: dict[str, str] = field(default_factory=dict)  # job id: "moved to B/j3", "from A/j7"
+    moved: list[Move] = field(default_factory=list)  # the moves from or to this host
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""

@@ -7,6 +7,9 @@ sets them and execs the box's python3.
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,22 @@ def python_with_env(path: Path, env: Mapping[str, str]) -> Path:
                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
     path.chmod(0o755)
     return path
+
+
+def job_python(box: Any) -> tuple[str, str]:
+    """(python, PYTHONPATH) with which the test user can import torch from our venv.
+
+    The venv's own interpreter may live where the test user cannot go (pyenv under /root);
+    the same minor version elsewhere can load the venv's site-packages.
+    """
+    site = sysconfig.get_paths()["purelib"]
+    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
+    for python in dict.fromkeys(candidates):
+        probe = box.run("env", f"PYTHONPATH={site}", python, "-c",
+                        "import sys, torch; print(sys.version_info[:2])")
+        if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
+            return python, site
+    pytest.skip(f"no python the test user can run imports torch from {site}")
 
 
 def probe_with_a_broken_section(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from . import procs
 from .sshd import (
@@ -75,14 +76,98 @@ def _not_permitted(stderr: str) -> bool:
     return "Operation not permitted" in stderr or "Permission denied" in stderr
 
 
+def _route_args(metric: int) -> list[str]:
+    return ["unreachable", SUPERNET, "metric", str(metric)]
+
+
+def add_safety_route(metric: int) -> None:
+    """``unreachable 10.213.0.0/16`` with this topology's own metric: first, before any
+    namespace or address exists, so a mistaken connect fails here instead of leaving."""
+    done = _ip_run("route", "add", *_route_args(metric), check=False)
+    if done.returncode != 0:
+        if _not_permitted(done.stderr):
+            raise NetnsUnavailable(
+                f"ip route add not permitted ({done.stderr.strip()}): "
+                "run as root with CAP_NET_ADMIN (a container needs --privileged or "
+                "--cap-add NET_ADMIN --cap-add SYS_ADMIN)"
+            )
+        raise RuntimeError(f"ip route add {SUPERNET} failed: {done.stderr.strip()}")
+    shown = _ip_run("route", "show", "exact", SUPERNET).stdout
+    if not any(
+        line.startswith("unreachable") and f"metric {metric}" in line
+        for line in shown.splitlines()
+    ):
+        raise RuntimeError(f"safety route unreachable {SUPERNET} missing after adding: {shown}")
+
+
+def del_safety_route(metric: int) -> list[str]:
+    """Remove it at teardown; what went wrong, if anything."""
+    done = _ip_run("route", "del", *_route_args(metric), check=False)
+    return [f"ip route del {SUPERNET}: {done.stderr.strip()}"] if done.returncode else []
+
+
+def add_netns(ns: str) -> None:
+    done = _ip_run("netns", "add", ns, check=False)
+    if done.returncode != 0:
+        if _not_permitted(done.stderr) or "mount" in done.stderr:
+            raise NetnsUnavailable(
+                f"ip netns add not permitted ({done.stderr.strip()}): run as root with "
+                "CAP_SYS_ADMIN (a container needs --privileged)"
+            )
+        raise RuntimeError(f"ip netns add {ns} failed: {done.stderr.strip()}")
+
+
+def del_netns(ns: str) -> list[str]:
+    """Kill what still runs in ``ns`` (a daemonised tmux left the sshd tree), delete it."""
+    if ns not in list_netns():
+        return []
+    errors: list[str] = []
+    pids = [int(p) for p in _ip_run("netns", "pids", ns, check=False).stdout.split()]
+    try:
+        procs.kill_pids(pids)
+    except TimeoutError as exc:
+        errors.append(str(exc))
+    done = _ip_run("netns", "del", ns, check=False)
+    if done.returncode != 0:
+        errors.append(f"ip netns del {ns}: {done.stderr.strip()}")
+    return errors
+
+
+def leftovers(namespaces: tuple[str, ...], links: tuple[str, ...], metric: int) -> list[str]:
+    """What of a topology still exists in the kernel (empty after a clean teardown)."""
+    left = [f"namespace {ns}" for ns in namespaces if ns in list_netns()]
+    left += [f"link {dev}" for dev in links if _link_exists(dev)]
+    routes = _ip_run("route", "show", "exact", SUPERNET).stdout.splitlines()
+    left += [f"route {r}" for r in routes if f"metric {metric}" in r]
+    return left
+
+
 @dataclass
-class JumpTopology(SshClient):
-    """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
+class _Namespaced(SshClient):
+    """What both topologies have: their files' dir, their names' suffix, their /24 pair."""
 
     identity: ClientIdentity
     workdir: Path
     suffix: str
     pair_index: int  # picks the two /24s and the route metric
+
+    @property
+    def route_metric(self) -> int:
+        return ROUTE_METRIC_BASE + self.pair_index
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.workdir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.workdir / "known_hosts"
+
+
+@dataclass
+class JumpTopology(_Namespaced):
+    """Two namespaces with an sshd each; `ssh -F ssh_config box-via-jump` goes through the jump."""
+
     jump_alias: str = "jump"
     box_alias: str = "box-via-jump"
     jump_sshd: SshdServer | None = field(default=None, repr=False)
@@ -127,51 +212,15 @@ class JumpTopology(SshClient):
     def box_ip(self) -> str:
         return f"{self.inner_subnet}.2"
 
-    @property
-    def route_metric(self) -> int:
-        return ROUTE_METRIC_BASE + self.pair_index
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.workdir / "known_hosts"
-
     # -- build and tear down -------------------------------------------------------------------
-    def _route_args(self) -> list[str]:
-        return ["unreachable", SUPERNET, "metric", str(self.route_metric)]
-
     def _add_safety_route(self) -> None:
-        done = _ip_run("route", "add", *self._route_args(), check=False)
-        if done.returncode != 0:
-            if _not_permitted(done.stderr):
-                raise NetnsUnavailable(
-                    f"ip route add not permitted ({done.stderr.strip()}): "
-                    "run as root with CAP_NET_ADMIN (a container needs --privileged or "
-                    "--cap-add NET_ADMIN --cap-add SYS_ADMIN)"
-                )
-            raise RuntimeError(f"ip route add {SUPERNET} failed: {done.stderr.strip()}")
+        add_safety_route(self.route_metric)
         self._route_added = True
-        shown = _ip_run("route", "show", "exact", SUPERNET).stdout
-        if not any(
-            line.startswith("unreachable") and f"metric {self.route_metric}" in line
-            for line in shown.splitlines()
-        ):
-            raise RuntimeError(f"safety route unreachable {SUPERNET} missing after adding: {shown}")
 
     def build(self) -> None:
         """Create everything; the caller must call teardown() whatever happens."""
         self._add_safety_route()  # first, before any namespace or address exists
-        done = _ip_run("netns", "add", self.jump_ns, check=False)
-        if done.returncode != 0:
-            if _not_permitted(done.stderr) or "mount" in done.stderr:
-                raise NetnsUnavailable(
-                    f"ip netns add not permitted ({done.stderr.strip()}): run as root with "
-                    "CAP_SYS_ADMIN (a container needs --privileged)"
-                )
-            raise RuntimeError(f"ip netns add {self.jump_ns} failed: {done.stderr.strip()}")
+        add_netns(self.jump_ns)
         _ip_run("netns", "add", self.box_ns)
         root_end, jump_out, jump_in, box_end = self.veths
         j, b = self.jump_ns, self.box_ns
@@ -223,23 +272,13 @@ class JumpTopology(SshClient):
                 except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                     errors.append(f"killing sshd {server.name}: {exc}")
         for ns in (self.jump_ns, self.box_ns):
-            if ns in list_netns():
-                # Sessions that daemonised (tmux) left the sshd tree but still hold the namespace.
-                pids = [int(p) for p in _ip_run("netns", "pids", ns, check=False).stdout.split()]
-                try:
-                    procs.kill_pids(pids)
-                except TimeoutError as exc:
-                    errors.append(str(exc))
-                done = _ip_run("netns", "del", ns, check=False)
-                if done.returncode != 0:
-                    errors.append(f"ip netns del {ns}: {done.stderr.strip()}")
+            # Sessions that daemonised (tmux) left the sshd tree but still hold the namespace.
+            errors += del_netns(ns)
         root_end = self.veths[0]
         if _link_exists(root_end):
             _ip_run("link", "del", root_end, check=False)
         if self._route_added:
-            done = _ip_run("route", "del", *self._route_args(), check=False)
-            if done.returncode != 0:
-                errors.append(f"ip route del {SUPERNET}: {done.stderr.strip()}")
+            errors += del_safety_route(self.route_metric)
             self._route_added = False
         shutil.rmtree(self.workdir, ignore_errors=True)
         errors += self.leftovers()
@@ -248,11 +287,7 @@ class JumpTopology(SshClient):
 
     def leftovers(self) -> list[str]:
         """What of this topology still exists in the kernel (empty after a clean teardown)."""
-        left = [f"namespace {ns}" for ns in (self.jump_ns, self.box_ns) if ns in list_netns()]
-        left += [f"link {dev}" for dev in self.veths[:1] if _link_exists(dev)]
-        routes = _ip_run("route", "show", "exact", SUPERNET).stdout.splitlines()
-        left += [f"route {r}" for r in routes if f"metric {self.route_metric}" in r]
-        return left
+        return leftovers((self.jump_ns, self.box_ns), self.veths[:1], self.route_metric)
 
     # -- use ------------------------------------------------------------------------------------
     @property
@@ -294,12 +329,121 @@ def _pick_pair_index() -> int:
     raise RuntimeError(f"no free /24 pair in {SUPERNET} after {SUBNET_PICK_ATTEMPTS} tries")
 
 
+@dataclass
+class TwoBoxTopology(_Namespaced):
+    """Two boxes, each alone in its namespace behind its own veth and /24 from root (issue 21
+    item 4: a job fails over from box a to box b when a's link is cut).
+
+        root ns  gpr<sfx>e 10.213.P.1/24 ── gpr<sfx>f 10.213.P.2/24  box a ns (sshd :22)
+        root ns  gpr<sfx>g 10.213.Q.1/24 ── gpr<sfx>h 10.213.Q.2/24  box b ns (sshd :22)
+
+    The same safety route as JumpTopology's is added before anything else and removed last.
+    Both boxes are the one test user on this machine's filesystem: tests give each its own
+    GPUROOM_HOME (a python wrapper) and its own TMUX_TMPDIR, so each box's runner and jobs
+    live in its namespace.
+    """
+
+    servers: dict[str, SshdServer] = field(default_factory=dict, repr=False)
+    _route_added: bool = field(default=False, repr=False)
+
+    BOXES = ("a", "b")
+
+    def ns(self, box: str) -> str:
+        return f"{NS_PREFIX}-two{box}-{self.suffix}"
+
+    def veths(self, box: str) -> tuple[str, str]:
+        """(root side, box side)."""
+        ends = "ef" if box == "a" else "gh"
+        return f"gpr{self.suffix}{ends[0]}", f"gpr{self.suffix}{ends[1]}"
+
+    def subnet(self, box: str) -> str:
+        return f"{_SUPERNET_PREFIX}{2 * self.pair_index + self.BOXES.index(box)}"
+
+    def ip(self, box: str) -> str:
+        return f"{self.subnet(box)}.2"
+
+    def alias(self, box: str) -> str:
+        return f"box{box}"
+
+    @property
+    def default_alias(self) -> str:
+        return self.alias("a")
+
+    def build(self) -> None:
+        """Create everything; the caller must call teardown() whatever happens."""
+        add_safety_route(self.route_metric)  # first, before any namespace or address exists
+        self._route_added = True
+        for box in self.BOXES:
+            ns, (root_end, box_end) = self.ns(box), self.veths(box)
+            add_netns(ns)
+            _ip_run("link", "add", root_end, "type", "veth", "peer", "name", box_end,
+                    "netns", ns)
+            _ip_run("addr", "add", f"{self.subnet(box)}.1/24", "dev", root_end)
+            _ip_run("link", "set", root_end, "up")
+            _ip_run("-n", ns, "addr", "add", f"{self.ip(box)}/24", "dev", box_end)
+            _ip_run("-n", ns, "link", "set", box_end, "up")
+            _ip_run("-n", ns, "link", "set", "lo", "up")
+            server = SshdServer.create(f"box{box}", self.workdir, listen_host=self.ip(box),
+                                       port=SSH_PORT, identity=self.identity, netns=ns)
+            self.servers[box] = server
+            server.start()
+        self.known_hosts.write_text("".join(
+            known_hosts_line(self.ip(b), SSH_PORT, self.servers[b].host_key_pub) + "\n"
+            for b in self.BOXES))
+        self.ssh_config.write_text(render_ssh_config({
+            self.alias(b): client_options(self.identity, self.ip(b), SSH_PORT, self.known_hosts)
+            for b in self.BOXES}))
+
+    def cut(self, box: str) -> None:
+        """The box is lost: its sshd and every session die, its link goes down."""
+        self.servers[box].kill_all()
+        _ip_run("-n", self.ns(box), "link", "set", self.veths(box)[1], "down")
+
+    def restore(self, box: str) -> None:
+        """It is back: link up, sshd listening again (same host key)."""
+        _ip_run("-n", self.ns(box), "link", "set", self.veths(box)[1], "up")
+        self.servers[box].start()
+
+    def pids(self, box: str) -> list[int]:
+        """Every process in the box's namespace (sshd, tmux, runner, jobs)."""
+        out = _ip_run("netns", "pids", self.ns(box), check=False).stdout
+        return [int(p) for p in out.split()]
+
+    def teardown(self) -> None:
+        """Kill the sshds and whatever else runs in the namespaces, delete them, the veths
+        and the route, then check nothing is left (raises listing what is)."""
+        errors: list[str] = []
+        for server in self.servers.values():
+            try:
+                if server.frozen:
+                    server.thaw()
+                server.kill_all()
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                errors.append(f"killing sshd {server.name}: {exc}")
+        for box in self.BOXES:
+            errors += del_netns(self.ns(box))
+            if _link_exists(self.veths(box)[0]):
+                _ip_run("link", "del", self.veths(box)[0], check=False)
+        if self._route_added:
+            errors += del_safety_route(self.route_metric)
+            self._route_added = False
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        errors += leftovers(tuple(self.ns(b) for b in self.BOXES),
+                            tuple(self.veths(b)[0] for b in self.BOXES), self.route_metric)
+        if errors:
+            raise RuntimeError("two-box topology teardown left things behind: "
+                               + "; ".join(errors))
+
+
+_Topology = TypeVar("_Topology", "JumpTopology", "TwoBoxTopology")
+
+
 @contextlib.contextmanager
-def jump_topology(identity: ClientIdentity) -> Iterator[JumpTopology]:
-    """Build a JumpTopology and always tear it down, even when building fails half-way."""
-    topo = JumpTopology(
+def _built(kind: type[_Topology], identity: ClientIdentity, prefix: str) -> Iterator[_Topology]:
+    """Build a topology and always tear it down, even when building fails half-way."""
+    topo = kind(
         identity=identity,
-        workdir=Path(tempfile.mkdtemp(prefix="gpuroom-netns-")),
+        workdir=Path(tempfile.mkdtemp(prefix=prefix)),
         suffix=secrets.token_hex(3),
         pair_index=_pick_pair_index(),
     )
@@ -311,11 +455,24 @@ def jump_topology(identity: ClientIdentity) -> Iterator[JumpTopology]:
         topo.teardown()
 
 
+def jump_topology(identity: ClientIdentity) -> contextlib.AbstractContextManager[JumpTopology]:
+    """Build a JumpTopology and always tear it down, even when building fails half-way."""
+    return _built(JumpTopology, identity, "gpuroom-netns-")
+
+
+def two_box_topology(
+    identity: ClientIdentity,
+) -> contextlib.AbstractContextManager[TwoBoxTopology]:
+    """Build a TwoBoxTopology and always tear it down, even when building fails half-way."""
+    return _built(TwoBoxTopology, identity, "gpuroom-netns2-")
+
 __all__ = [
     "SUPERNET",
     "JumpTopology",
     "NetnsUnavailable",
+    "TwoBoxTopology",
     "jump_topology",
     "list_netns",
     "missing_requirements",
+    "two_box_topology",
 ]

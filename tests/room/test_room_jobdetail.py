@@ -151,3 +151,18 @@ async def test_a_recording_shows_the_job_as_recorded() -> None:
         rows = dict(screen.rows)
         assert rows["job"].startswith(f"h100-a/{job.id}") and rows["state"] == job.state
         assert "error" not in rows and rows["command"] == job.command
+
+
+async def test_enter_shows_the_lineage_the_i_detail_shows() -> None:
+    app, fleet = make()
+    [host] = [h for h in fleet.hosts() if h.name == "h100-a"]
+    host.moves = {"j3": "from rtx/j7"}  # as the fleet sets it from moves.json
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("tab")
+        await pilot.press("i")
+        detail = app.screen
+        assert isinstance(detail, DetailScreen) and ("moved", "from rtx/j7") in detail.rows
+        await pilot.press("escape")
+        await pilot.press("enter")
+        screen = await answered(app)
+        assert ("moved", "from rtx/j7") in screen.rows

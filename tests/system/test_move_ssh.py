@@ -252,6 +252,13 @@ def test_move_from_an_unreachable_box_uses_the_mirror_and_fences_the_old_copy_la
     cli(capsys, "--config", config, "queue", "kill", "boxb", new)
 
 
+def _doctor(state: Any) -> list[Any]:
+    from gpuroom.tui.rules.doctor import diagnose
+
+    return diagnose(None, state.view, state.state, None, time.time(), host=state.name,
+                    last_ok=state.last_ok, moves=state.moved)
+
+
 @pytest.mark.attack("faults", "a --failover job's box stays down: moved, then fenced on return")
 def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when_back(
         sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -297,11 +304,21 @@ def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when
                 state = await fleet.poll_host("boxa")
                 assert state.state is not LinkState.UP
                 await asyncio.sleep(0.3)
+            # The doctor explains the move, from the records the model holds, while boxa
+            # is still down: not fenced yet.
+            [said] = [f for f in _doctor(fleet.state("boxa")) if "moved" in f.title]
+            assert said.severity == "warn" and "not fenced yet" in said.title
+            assert "moved from boxa to boxb/" in said.title, said
+            assert fleet.state("boxb").moves  # its queue says "from boxa/j..." at once
             # back: the next good poll kills the old copy
             sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
             while not any(o.status == "fenced" for o in heard):
                 assert time.monotonic() < deadline, heard
                 await fleet.poll_host("boxa")
+                await asyncio.sleep(0.3)
+            while not any("fenced at" in f.title for f in _doctor(fleet.state("boxa"))):
+                assert time.monotonic() < deadline
+                await fleet.poll_host("boxa")  # a poll that shows the old copy ended
                 await asyncio.sleep(0.3)
         finally:
             await fleet.close()
@@ -315,4 +332,72 @@ def test_a_failover_job_moves_itself_when_its_host_stays_down_and_is_fenced_when
     moved = wait_job(capsys, two_hosts, "boxb", move.dst_job, "running")["jobs"][0]
     assert (Path(moved["ckpt_dir"]) / newest.name).read_bytes() == newest.read_bytes()
     wait_job(capsys, two_hosts, "boxa", job, "killed")  # fenced: it never runs twice
+    # `gpuroom doctor` says it too, from the same records.
+    _rc, out, _ = cli(capsys, "--config", str(two_hosts), "doctor", "boxa", "--json")
+    titles = [f["title"] for f in json.loads(out)["findings"]]
+    assert any(f"{job} moved from boxa to boxb/{move.dst_job} after boxa was down" in t
+               and "boxa's copy fenced at" in t for t in titles), titles
+    cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", move.dst_job)
+
+
+@pytest.mark.attack("faults", "a --failover job's box comes back wiped (new boot, its "
+                    "checkpoints gone): resumed elsewhere from the mirror, not from scratch")
+def test_a_failover_job_whose_box_came_back_wiped_resumes_on_the_target_not_from_scratch(
+        sshd_box: Any, two_hosts: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from gpuroom.tui import config as cfg
+    from gpuroom.tui.fleet.live import Fleet
+    from gpuroom.tui.fleet.mirror import MirrorOutcome, MirrorState
+    from gpuroom.tui.fleet.move import Lineage
+
+    home = sshd_box.home
+    # The runner on boxa records its attempts under another boot id than the box reports:
+    # as after a reboot (GEN6), which a test cannot do to the machine it runs on.
+    wrapper = home / "python-boxa"
+    wrapper.write_text('#!/bin/sh\nGPUROOM_BOOT_ID=0ldb00t-before-the-wipe exec python3 "$@"\n')
+    wrapper.chmod(0o755)
+    _own(sshd_box, wrapper)
+    doc = tomllib.loads(two_hosts.read_text())
+    doc["hosts"]["boxa"] = {**doc["hosts"].pop("box"), "ssh": "boxa", "python": str(wrapper)}
+    two_hosts.write_bytes(tomli_w.dumps(doc).encode())
+    sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
+    job, ckpt_dir = start_job(capsys, two_hosts, "boxa", f"--cwd={home / 'wa' / 'run'}",
+                              "--failover", "boxb")
+    newest = save_ckpt(sshd_box, ckpt_dir, 30)
+    kept = newest.read_bytes()
+
+    async def body() -> list[MirrorOutcome]:
+        heard: list[MirrorOutcome] = []
+        fleet = Fleet(cfg.load(two_hosts), mirror=True, on_mirror=heard.append)
+        try:
+            await fleet.poll_host("boxb")
+            await fleet.poll_host("boxa")
+            assert fleet.mirror is not None
+            await fleet.mirror.idle()
+            assert [(o.status, o.step) for o in heard] == [("home", 30)], heard
+            # While the checkpoint dir holds what came home, another boot alone moves nothing.
+            await fleet.poll_host("boxa")
+            assert [o.status for o in heard] == ["home"], heard
+            # The box is back wiped: its checkpoint dir is gone.
+            shutil.rmtree(ckpt_dir)
+            await fleet.poll_host("boxa")
+            await fleet.mirror.idle()
+            return heard
+        finally:
+            await fleet.close()
+
+    heard = asyncio.run(body())
+    [failover] = [o for o in heard if o.status == "failover"]
+    assert failover.job == job and failover.step == 30 and "wiped" in failover.line, heard
+    [move] = Lineage(MirrorState()).load()
+    assert (move.src_host, move.src_job, move.dst_host, move.step) == ("boxa", job, "boxb", 30)
+    assert move.auto and not move.fence and move.fenced_at is not None  # killed before
+    moved = wait_job(capsys, two_hosts, "boxb", move.dst_job, "running")["jobs"][0]
+    assert (Path(moved["ckpt_dir"]) / newest.name).read_bytes() == kept  # not from scratch
+    wait_job(capsys, two_hosts, "boxa", job, "killed")  # and not again on boxa
+    _rc, out, _ = cli(capsys, "--config", str(two_hosts), "doctor", "boxa", "--json")
+    titles = [f["title"] for f in json.loads(out)["findings"]]
+    assert any(f"{job} moved from boxa to boxb/{move.dst_job} after boxa came back wiped" in t
+               for t in titles), titles
     cli(capsys, "--config", str(two_hosts), "queue", "kill", "boxb", move.dst_job)

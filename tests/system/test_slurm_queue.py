@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sys
-import sysconfig
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 import tomli_w
 from harness import slurm as slurm_harness
+from harness.boxenv import job_python
 from paths import ROOT
 
 from gpuroom.tui import config as cfg
@@ -90,22 +89,6 @@ def wait_job(capsys: pytest.CaptureFixture[str], config: Path, job: str, states:
         assert found is None or found["state"] not in FINAL, found
         assert time.monotonic() < deadline, f"{job} not in {states} after {timeout:.0f}s: {found}"
         time.sleep(0.5)
-
-
-def job_python(box: Any) -> tuple[str, str]:
-    """(python, PYTHONPATH) with which the test user can import torch from our venv.
-
-    The venv's own interpreter may live where the test user cannot go (pyenv under /root);
-    the same minor version elsewhere can load the venv's site-packages.
-    """
-    site = sysconfig.get_paths()["purelib"]
-    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
-    for python in dict.fromkeys(candidates):
-        probe = box.run("env", f"PYTHONPATH={site}", python, "-c",
-                        "import sys, torch; print(sys.version_info[:2])")
-        if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
-            return python, site
-    pytest.skip(f"no python the test user can run imports torch from {site}")
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +193,8 @@ def _add_warning(capsys: pytest.CaptureFixture[str], config: Path, *opts: str) -
 def test_checkpoints_on_node_local_storage_are_warned_at_add(
         slurm_host: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # SLURM5: the allocation's $TMPDIR (and /tmp of a compute node) is wiped at its end.
-    for opts in (("--durable-dir", "/tmp/gpuroom-slurm5"),
+    # A name of this run's own: another test user's leftover dir would refuse the add.
+    for opts in (("--durable-dir", f"/tmp/gpuroom-slurm5-{uuid.uuid4().hex[:8]}"),
                  ("--env", "GPUROOM_CKPT_DIR=$TMPDIR/ckpt")):
         warning = _add_warning(capsys, slurm_host, *opts)
         assert warning is not None, opts

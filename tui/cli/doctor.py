@@ -55,7 +55,8 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
                              host=s.name, error=s.error, last_ok=s.last_ok,
                              price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                              mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
-                             local=s.local_code)
+                             local=s.local_code,
+                             moves=s.moved)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour, records=records, spot=s.spot)

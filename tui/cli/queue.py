@@ -504,7 +504,8 @@ def _show(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     if not view.jobs:
         print_line(f"{args.host}: no job {args.job} in the answer", "red", err=True)
         return 1
-    for line in detail_lines(view.jobs[0], time.time()):
+    lineage = Lineage(MirrorState()).for_host(args.host).get(view.jobs[0].id, "")
+    for line in detail_lines(view.jobs[0], time.time(), lineage):
         print_line(line)
     return 0
 

@@ -19,8 +19,15 @@ from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.errors import GpuroomError
-from gpuroom.tui.fleet.mirror import FAILOVER_ENV, Mirror, MirrorOutcome, MirrorState
-from gpuroom.tui.fleet.move import Lineage, move_job
+from gpuroom.tui.fleet.mirror import (
+    FAILOVER_ENV,
+    LIST_DEADLINE_S,
+    Mirror,
+    MirrorOutcome,
+    MirrorState,
+    committed,
+)
+from gpuroom.tui.fleet.move import Lineage, lineage_text, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -35,6 +42,7 @@ from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.localcode import read_tree
+from gpuroom.tui.transport.pull import take_manifest
 
 if TYPE_CHECKING:
     from gpuroom.tui.rules.gate import GateResult
@@ -153,6 +161,8 @@ class Fleet(PendingLedger):
         self._on_change: Callable[[str], None] | None = None
         self._on_mirror = on_mirror
         self._failover_tries: dict[tuple[str, str], float] = {}  # (host, job): last try
+        # (host, job): (boot id, newest checkpoint file as the poll saw it) when last asked
+        self._wipe_checked: dict[tuple[str, str], tuple[str, str | None, float | None]] = {}
         # Only the long-running fleets (the room, `gpuroom watch`) mirror; a one-shot verb's
         # poll would start a pull it then cancels.
         self.mirror = Mirror(self._hosts, self._links, config.settings,
@@ -254,19 +264,32 @@ class Fleet(PendingLedger):
                     state.local_code = await asyncio.to_thread(read_tree, Path(state.code), paths)
                 if self.mirror is not None:
                     state.mirrored = self.mirror.homes(name)
-                    state.moves = Lineage(self.mirror.state).for_host(name)
                     self.mirror.observe(name, view)
         if self.mirror is not None and state.state is LinkState.UP and state.view is not None:
             # Before any dead runner is restarted: a job moved away while this host was
             # unreachable must not run here again (its kill is the runner's first event).
             await self._fence(name, state.view)
+            # Nor one whose box came back wiped: it would start from scratch here.
+            await self._failover_wiped(name, state.view)
         elif self.mirror is not None and state.state is LinkState.DOWN:
             await self._failover(name)
+        self._note_moves(name)  # after a fence or a failover: the doctor says each (GEN8)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
             await self.start_dead_runners(name, state.view)
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    def _lineage(self) -> Lineage:
+        return Lineage(self.mirror.state if self.mirror is not None else MirrorState())
+
+    def _note_moves(self, name: str) -> None:
+        """``name``'s moves as the model holds them: the queues' lineage text and the
+        records the doctor explains (tui/rules/moves.py); `gpuroom doctor` reads them too."""
+        moved = self._lineage().involving(name)
+        state = self._states[name]
+        state.moved = moved
+        state.moves = lineage_text(name, moved)
 
     async def _fence(self, name: str, view: SnapshotView) -> None:
         """Kill (or remove, if queued) each job of ``name`` that `queue move` took elsewhere
@@ -276,7 +299,7 @@ class Fleet(PendingLedger):
         for move in lineage.fences(name):
             job = next((j for j in view.jobs if j.id == move.src_job), None)
             if job is None or job.state not in LIVE_STATES:
-                lineage.fenced(move)
+                lineage.fenced(move, at=self.clock())
                 continue
             verb = "remove" if job.state == "queued" else "kill"
             try:
@@ -303,29 +326,77 @@ class Fleet(PendingLedger):
             return
         moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
         for job in state.view.jobs:
-            targets = [t for t in job.env.get(FAILOVER_ENV, "").split(",")
-                       if t in self._links and t != name]
+            targets = self._failover_targets(name, job)
             tried = self._failover_tries.get((name, job.id))
             if not targets or job.state not in LIVE_STATES or job.id in moved or (
                     tried is not None and now - tried < wait):
                 continue
             self._failover_tries[(name, job.id)] = now
-            up = [t for t in targets if self._states[t].state is LinkState.UP]
-            if not up:
-                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
-                                             f"failover: none of {', '.join(targets)} is UP"))
+            down_s = now - state.last_ok
+            await self._move_away(name, job.id, targets, f"{name} DOWN {down_s:.0f} s",
+                                  f"the copy on {name} is killed when it answers again",
+                                  down_s=down_s)
+
+    async def _failover_wiped(self, name: str, view: SnapshotView) -> None:
+        """Move each live --failover job of ``name`` that last ran under another boot (the box
+        rebooted or was replaced, GEN6) and whose checkpoint dir no longer holds the step the
+        mirror brought home: the box came back wiped, and a restart there would begin from
+        scratch; it resumes on a failover target from the mirrored checkpoint instead.
+        The box is asked once per job, boot and newest checkpoint file the poll shows."""
+        assert self.mirror is not None
+        boot = view.host.boot_id
+        homes = self.mirror.homes(name)
+        moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
+        for job in view.jobs:
+            home = homes.get(job.id)
+            targets = self._failover_targets(name, job)
+            ckpt = job.checkpoint
+            seen = (boot or "", ckpt.path if ckpt else None, ckpt.mtime if ckpt else None)
+            if (boot is None or home is None or not targets or not job.ckpt_dir
+                    or job.state not in LIVE_STATES or job.id in moved
+                    or all(a.boot_id in (None, boot) for a in job.attempts)
+                    or self._wipe_checked.get((name, job.id)) == seen):
                 continue
+            self._wipe_checked[(name, job.id)] = seen
             try:
-                move = await move_job(self.link(name), self.link(up[0]), job.id,
-                                      settings=self.config.settings, state=self.mirror.state)
-            except GpuroomError as exc:
-                self._mirrored(MirrorOutcome(name, job.id, "failed", None,
-                                             f"failover to {up[0]}: {exc}"))
+                doc = await take_manifest(self.link(name), job.ckpt_dir, defer_above=0,
+                                          deadline_s=LIST_DEADLINE_S)
+            except GpuroomError:
+                del self._wipe_checked[(name, job.id)]  # asked again at the next poll
                 continue
-            self._mirrored(MirrorOutcome(
-                name, job.id, "failover", move.step,
-                f"{name} DOWN {now - state.last_ok:.0f} s: {move.line}; the copy on {name} "
-                "is killed when it answers again"))
+            found = committed(doc["files"])
+            if found and found[-1][0] >= home.step:
+                continue  # the box kept its checkpoints: its runner resumes from them
+            why = (f"{name} came back wiped (a new boot, and ckpt step {home.step} is gone "
+                   "from its checkpoint dir)")
+            await self._move_away(name, job.id, targets, why, f"the copy on {name} is killed",
+                                  why=why)
+
+    def _failover_targets(self, name: str, job: JobView) -> list[str]:
+        return [t for t in job.env.get(FAILOVER_ENV, "").split(",")
+                if t in self._links and t != name]
+
+    async def _move_away(self, name: str, job: str, targets: list[str], cause: str,
+                         after: str, *, down_s: float | None = None,
+                         why: str | None = None) -> None:
+        """A failover: ``job`` to the first of ``targets`` that is UP, said as an outcome."""
+        assert self.mirror is not None
+        up = [t for t in targets if self._states[t].state is LinkState.UP]
+        if not up:
+            self._mirrored(MirrorOutcome(name, job, "failed", None,
+                                         f"failover: none of {', '.join(targets)} is UP"))
+            return
+        try:
+            move = await move_job(self.link(name), self.link(up[0]), job,
+                                  settings=self.config.settings, state=self.mirror.state,
+                                  down_s=down_s, why=why)
+        except GpuroomError as exc:
+            self._mirrored(MirrorOutcome(name, job, "failed", None,
+                                         f"failover to {up[0]}: {exc}"))
+            return
+        self._note_moves(up[0])  # its queue shows "from A/j7" before its next poll
+        self._mirrored(MirrorOutcome(name, job, "failover", move.step,
+                                     f"{cause}: {move.line}; {after}"))
 
     async def start_dead_runners(self, name: str, view: SnapshotView) -> list[str]:
         """Start the runner of each queue whose runner is dead while jobs wait or run (GEN6:

@@ -26,14 +26,14 @@ import os
 import posixpath
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from gpuroom.remote.queue_events import LIVE_STATES, ckpt_dir_of
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
-from gpuroom.tui.model import MirrorHome
+from gpuroom.tui.model import MirrorHome, Move
 from gpuroom.tui.snapshot import JobSpec, load_answer
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.push import push_file
@@ -57,27 +57,6 @@ def map_path(value: str, old: str | None, new: str | None) -> str:
         return new
     prefix = old.rstrip("/") + "/"
     return new.rstrip("/") + "/" + value[len(prefix):] if value.startswith(prefix) else value
-
-
-@dataclass(frozen=True)
-class Move:
-    """One job moved: A/j7 -> B/j3, with the checkpoint step it resumes from."""
-
-    src_host: str
-    src_job: str
-    dst_host: str
-    dst_job: str
-    step: int | None
-    at: float
-    # The source's copy still to be killed when its host answers again (the move was made
-    # while it could not be reached): True until a poll shows it not live (Fleet fences it).
-    fence: bool = False
-
-    @property
-    def line(self) -> str:
-        step = f"from ckpt step {self.step}" if self.step is not None else \
-            "no checkpoint: it starts from the beginning"
-        return f"{self.src_host}/{self.src_job} -> {self.dst_host}/{self.dst_job} ({step})"
 
 
 class Lineage:
@@ -118,20 +97,29 @@ class Lineage:
         """Moves away from ``host`` whose old copy may still run there."""
         return [m for m in self.load() if m.fence and m.src_host == host]
 
-    def fenced(self, move: Move) -> None:
-        """``move``'s old copy is seen ended: no more fencing."""
-        self._write([dataclasses.replace(m, fence=False) if m == move else m
+    def fenced(self, move: Move, at: float) -> None:
+        """``move``'s old copy is seen ended at ``at``: no more fencing."""
+        self._write([dataclasses.replace(m, fence=False, fenced_at=at) if m == move else m
                      for m in self.load()])
+
+    def involving(self, host: str) -> list[Move]:
+        """The moves from or to ``host``, oldest first (the doctor's, through HostState)."""
+        return [m for m in self.load() if host in (m.src_host, m.dst_host)]
 
     def for_host(self, host: str) -> dict[str, str]:
         """Each of ``host``'s moved jobs: "moved to B/j3" or "from A/j7" (the newest)."""
-        out: dict[str, str] = {}
-        for m in self.load():
-            if m.src_host == host:
-                out[m.src_job] = f"moved to {m.dst_host}/{m.dst_job}"
-            if m.dst_host == host:
-                out[m.dst_job] = f"from {m.src_host}/{m.src_job}"
-        return out
+        return lineage_text(host, self.load())
+
+
+def lineage_text(host: str, moves: list[Move]) -> dict[str, str]:
+    """Each of ``host``'s jobs in ``moves``: "moved to B/j3" or "from A/j7" (the newest)."""
+    out: dict[str, str] = {}
+    for m in moves:
+        if m.src_host == host:
+            out[m.src_job] = f"moved to {m.dst_host}/{m.dst_job}"
+        if m.dst_host == host:
+            out[m.dst_job] = f"from {m.src_host}/{m.src_job}"
+    return out
 
 
 async def _ask(link: HostLink, *args: str, check: bool = True,
@@ -189,8 +177,12 @@ def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str]
 
 async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
                    state: MirrorState | None = None,
-                   say: Callable[[str], None] = lambda _line: None) -> Move:
-    """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc."""
+                   say: Callable[[str], None] = lambda _line: None,
+                   down_s: float | None = None, why: str | None = None) -> Move:
+    """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc.
+    ``down_s``, ``why``: a failover the fleet makes, after the source was down that long, or
+    because of what ``why`` says (it came back wiped)."""
+    auto = down_s is not None or why is not None
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
     # The new host first: a job is never killed for a move that cannot land.
@@ -212,16 +204,19 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
         _check_home(home)
         new_job = await _add_paused(dst_link, cached.jobs[0], src, home, say=say)
         move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
-                    fence=True)
+                    fence=True, auto=auto, down_s=down_s, why=why)
         Lineage(state).add(move)
         return move
+    fenced_at = None
     if spec.state in LIVE_STATES:
         await _ask(src_link, "kill", "--", job)
         say(f"{src.name}/{job}: killed; waiting for it to end")
         spec = await _ended(src_link, job, KILL_WAIT_S)
+        fenced_at = time.time()
     home = await _bring_home(src_link, spec, settings=settings, state=state, say=say)
     new_job = await _add_paused(dst_link, spec, src, home, say=say)
-    move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time())
+    move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
+                auto=auto, down_s=down_s, why=why, fenced_at=fenced_at)
     Lineage(state).add(move)
     return move
 

@@ -72,10 +72,11 @@ def detail_title(job: Job) -> str:
     return title
 
 
-def detail_rows(job: Job, now: float) -> Rows:
+def detail_rows(job: Job, now: float, lineage: str = "") -> Rows:
     """Every fact of one job a person asks about, as (label, text) rows, its state first:
     ``queue show`` prints them as lines, the room's job detail (enter) as a table. Env values
-    are never shown (one may be a token)."""
+    are never shown (one may be a token). ``lineage``: HostState.moves' text for the job
+    ("moved to B/j3", "from A/j7"), the one the ``i`` detail shows."""
     keys = ", ".join(fmt_text(k) for k in sorted(job.env))
     asked = "default (1 on a GPU box)" if job.gpus is None else str(job.gpus)
     last = job.last_attempt
@@ -97,6 +98,8 @@ def detail_rows(job: Job, now: float) -> Rows:
         rows.append(("waits", fmt_text(job.waiting)))
     if job.reason:
         rows.append(("reason", fmt_text(job.reason)))
+    if lineage:
+        rows.append(("moved", fmt_text(lineage)))
     rows.append(("attempts", str(len(job.attempts))))
     rows.extend((f"  attempt {a.attempt}", _attempt_text(a)) for a in job.attempts)
     rows.extend(_code_rows(job))
@@ -106,7 +109,7 @@ def detail_rows(job: Job, now: float) -> Rows:
     return rows
 
 
-def detail_lines(job: Job, now: float) -> list[str]:
+def detail_lines(job: Job, now: float, lineage: str = "") -> list[str]:
     """``queue show``'s lines: "job j7 (name): state", then a "label: text" line per row."""
-    (_, state), *rest = detail_rows(job, now)
+    (_, state), *rest = detail_rows(job, now, lineage)
     return [f"{detail_title(job)}: {state}", *(f"{label}: {text}" for label, text in rest)]

@@ -751,7 +751,8 @@ class GpuroomApp(MoveKey):
         recorded = h.view.job(job.id) if h.view is not None else None
         queue = recorded.queue if recorded is not None else "default"
         self.push_screen(JobDetailScreen(
-            h.name, job.id, partial(self.fleet.queue_show, h.name, job.id, queue), self.clock))
+            h.name, job.id, partial(self.fleet.queue_show, h.name, job.id, queue), self.clock,
+            lineage=h.moves.get(job.id, "")))
 
     @on(QueueTable.Opened)
     def _job_opened(self, message: QueueTable.Opened) -> None:

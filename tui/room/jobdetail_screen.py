@@ -24,13 +24,16 @@ Fetch = Callable[[], Awaitable[Job]]
 class JobDetailScreen(DetailScreen):
     """One job of one host, fetched from the box; esc, i or q closes."""
 
-    def __init__(self, host: str, job_id: str, fetch: Fetch, clock: Callable[[], float]) -> None:
+    def __init__(self, host: str, job_id: str, fetch: Fetch, clock: Callable[[], float],
+                 lineage: str = "") -> None:
+        """``lineage``: the host's move text for the job (HostState.moves), as `i` shows it."""
         super().__init__(f"job {host}/{sanitize_line(job_id)}",
                          [("state", f"asking {host} (queue show)…")])
         self.host = host
         self.job_id = job_id
         self._fetch = fetch
         self._clock = clock
+        self._lineage = lineage
         self.answered = False  # the box's answer (or its failure) is on screen
 
     def on_mount(self) -> None:
@@ -47,6 +50,6 @@ class JobDetailScreen(DetailScreen):
                 rows.append(("fix", sanitize_line(exc.fix)))
         else:
             rows = [("job", f"{self.host}/{detail_title(job).removeprefix('job ')}"),
-                    *detail_rows(job, self._clock())]
+                    *detail_rows(job, self._clock(), self._lineage)]
         self.answered = True
         self.show_rows(rows)

@@ -15,11 +15,11 @@ kernel log the helper could not read is said, not taken as clean (U44).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
-from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.model import HostState, LinkState, Move
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
@@ -34,6 +34,7 @@ from gpuroom.tui.rules.money import (
     log_findings,
     reboot_findings,
 )
+from gpuroom.tui.rules.moves import move_findings
 from gpuroom.tui.rules.stall import job_gpus, stall_findings
 from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
@@ -768,7 +769,8 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              stall_after_s: float | None = None,
              mtbf_s: float | None = None,
              cpu_training_after_s: float | None = None,
-             local: LocalCode | None = None) -> list[Finding]:
+             local: LocalCode | None = None,
+             moves: Sequence[Move] = ()) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
@@ -776,13 +778,15 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     cpu_training_after_min) is how long a GPU job may have no process on its GPUs; ``mtbf_s``
     (hosts.toml mtbf_hours) overrides the profile's for the checkpoint cadence. ``local`` is
     the host's ``code`` tree as the fleet read it: running jobs launched from other code are U42.
+    ``moves`` (HostState.moved) are the fleet's moves from or to it, each failover said
+    (rules/moves.py).
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
     if link is not LinkState.UP or snap is None:
         age = now - last_ok if last_ok is not None else None
         return link_findings(host, link if link is not LinkState.UP else LinkState.DOWN,
-                             error, age)
+                             error, age) + move_findings(host, moves, now)
     out = vanished_findings(host, prev, snap, recall)
     out += gpu_findings(host, prev, snap)
     out += stall_findings(host, prev, snap, after_s=stall_after_s, price_per_hour=price_per_hour)
@@ -805,6 +809,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += drift_findings(host, snap)
     if local is not None:
         out += tree_drift_findings(host, snap, local)
+    out += move_findings(host, moves, now)
     return sort_findings(out)
 
 
@@ -841,7 +846,8 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
                         host=s.name, error=s.error, last_ok=s.last_ok,
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                         mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
-                        local=s.local_code)
+                        local=s.local_code,
+                        moves=s.moved)
     return sort_findings(out)
 
 
