@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -39,7 +40,8 @@ pytestmark = pytest.mark.sshd
 def box(sshd_box: Any, tmp_path: Path) -> Any:
     sshd_box.fault_config = hosts_toml(tmp_path / "hosts.toml", {"box": {"ssh": sshd_box.alias}},
                                        sshd_box.ssh_config)
-    for name in ("runs", "b-ran"):
+    for name in ("runs", "b-ran"):  # a file, or a dir another test left under that name
+        shutil.rmtree(sshd_box.home / name, ignore_errors=True)
         (sshd_box.home / name).unlink(missing_ok=True)
     yield sshd_box
     # The runner may be detached with setsid, out of reach of tmux kill-session.

@@ -34,6 +34,9 @@ from gpuroom.tui.rules.doctor import diagnose
 pytestmark = pytest.mark.sshd
 
 WAIT_S = 30.0
+# Shorter than any srun step can answer here (190-370 ms measured on this test cluster): at
+# 0.3 s a warm, idle node sometimes answered in time and the cut-off was never seen.
+TIGHT_S = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +49,11 @@ def cluster() -> Iterator[slurm_harness.SlurmCluster]:
 def slurm_host(cluster: slurm_harness.SlurmCluster, sshd_session: Any,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     sshd_session.reset()
-    # "tight" is the same box with a probe step allowed 0.3 s: every step is cut off as if
+    # "tight" is the same box with a probe step allowed TIGHT_S: every step is cut off as if
     # it hung.
     with gpubox.gpu_python(sshd_session, FIXTURES, "gpuroom-slurm2-test") as python, \
             gpubox.gpu_python(sshd_session, FIXTURES, "gpuroom-slurm2-tight",
-                              extra_env={"GPUROOM_SLURM_PROBE_TIMEOUT_S": "0.3"}) as tight:
+                              extra_env={"GPUROOM_SLURM_PROBE_TIMEOUT_S": f"{TIGHT_S:g}"}) as tight:
         path = tmp_path_factory.mktemp("slurm2") / "hosts.toml"
         path.write_bytes(tomli_w.dumps({
             "settings": {"ssh_config": str(sshd_session.ssh_config)},
@@ -201,7 +204,7 @@ def test_a_step_that_does_not_answer_in_time_is_cancelled_and_said(
     def cut_off(state: HostState) -> bool:
         job = _running(state, "sleeper")
         return bool(job and job.telemetry and job.telemetry.error
-                    and "did not answer in 0.3s: cancelled" in job.telemetry.error)
+                    and f"did not answer in {TIGHT_S:g}s: cancelled" in job.telemetry.error)
 
     # "box"'s last watcher (15 s step timeout) may still hold the job's step file: "tight"
     # starts its own only once that one has ended or is judged hung (timeout + grace), which

@@ -206,7 +206,7 @@ def test_checkpoints_on_the_shared_filesystem_are_not_warned(
         slurm_host: Path, sshd_session: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert _add_warning(capsys, slurm_host) is None  # under the queue's root in $HOME
     assert _add_warning(capsys, slurm_host, "--durable-dir",
-                        str(sshd_session.home / "runs")) is None
+                        str(sshd_session.home / "slurm5-shared")) is None
 
 
 def test_walltime_warning_saves_requeues_and_resumes_without_losing_a_step(
