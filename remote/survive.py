@@ -41,6 +41,10 @@ def _under_root(path: str, root: str) -> bool:
         name = root[1:].split("/", 1)[0]
         return any(path == form or path.startswith(form + "/")
                    for form in (f"${name}", f"${{{name}}}"))
+    if not os.path.isabs(os.path.expandvars(os.path.expanduser(path))):
+        # An unset $VAR or a relative path: realpath would resolve it against the helper's
+        # own cwd (under /tmp, say), which says nothing about the job's node.
+        return False
     return under_any(path, [root])
 
 

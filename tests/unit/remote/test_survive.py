@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,16 @@ def test_a_slurm_checkpoint_in_the_allocations_tmpdir_is_warned_as_written(
     assert node_local_warning("/scratch/u/login-tmp/ckpt", ["$TMPDIR"], shared) is None
     assert node_local_warning("$TMPDIRS/ckpt", ["$TMPDIR"], shared) is None
     assert node_local_warning("/scratch/u/runs/ckpt", [], shared) is None
+
+
+def test_an_unset_variable_is_not_resolved_against_the_helpers_own_cwd(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by CI, whose clone lived under /tmp: realpath("$TMPDIRS/ckpt") was /tmp/...
+    with tempfile.TemporaryDirectory(dir="/tmp") as cwd:
+        monkeypatch.chdir(cwd)
+        monkeypatch.delenv("TMPDIRS", raising=False)
+        said = [node_local_warning("$TMPDIRS/ckpt", ["$TMPDIR"], ["$HOME"]),
+                node_local_warning("ckpt", [], ["$HOME"])]
+        monkeypatch.undo()
+    assert said == [None, None]
+    assert node_local_warning("/tmp/ckpt", [], ["$HOME"]) is not None
