@@ -33,7 +33,7 @@ from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
-from gpuroom.tui.rules.drift import script_rel_paths
+from gpuroom.tui.rules.drift import tree_paths_to_read
 from gpuroom.tui.rules.money import dead_runner_queues
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job as JobView
@@ -258,10 +258,13 @@ class Fleet(PendingLedger):
                 assert view is not None
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
-                if state.code:
-                    # The user's tree, read once per good poll for the U42 rule (git, off loop).
-                    paths = sorted({p for job in view.jobs for p in script_rel_paths(job)})
-                    state.local_code = await asyncio.to_thread(read_tree, Path(state.code), paths)
+                # The user's tree, read (git, off the loop) only while the U42 rule has a
+                # running job to compare it with.
+                code, paths = state.code, tree_paths_to_read(view)
+                if code and paths is not None:
+                    state.local_code = await asyncio.to_thread(read_tree, Path(code), paths)
+                else:
+                    state.local_code = None
                 if self.mirror is not None:
                     state.mirrored = self.mirror.homes(name)
                     self.mirror.observe(name, view)

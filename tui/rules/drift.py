@@ -64,6 +64,15 @@ def script_rel_paths(job: Job) -> list[str]:
     return [_rel(job, s.path) for s in (code.scripts if code is not None else ()) if s.path]
 
 
+def tree_paths_to_read(snap: Snapshot) -> list[str] | None:
+    """The script paths the U42 rule will compare, or None when no running job has launch
+    code: then the user's tree need not be read at all (git runs per poll otherwise)."""
+    jobs = [j for j in snap.jobs if j.state in ACTIVE_STATES and launch_code(j) is not None]
+    if not jobs:
+        return None
+    return sorted({p for job in jobs for p in script_rel_paths(job)})
+
+
 def _state(head: str | None, dirty: bool | None) -> str:
     return f"HEAD {fmt_text(head[:12]) if head else '?'}" + (" (dirty)" if dirty else "")
 
