@@ -35,6 +35,7 @@ from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
 from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
+from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
 
 LOG_CHUNK_BYTES = 256 << 10
@@ -302,8 +303,7 @@ class EnvError(GpuroomError):
 
 
 def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
-    """``--env K=V`` as the helper's options and stdin: the values go on stdin (U34), where
-    no ``ps`` on the box sees them, and the helper's command line says only --env-stdin."""
+    """``--env K=V`` items as the helper's options and stdin (link.env_on_stdin)."""
     env: dict[str, str] = {}
     for n, item in enumerate(items, 1):
         key, sep, value = item.partition("=")
@@ -312,9 +312,7 @@ def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
             raise EnvError(f"--env number {n} is not KEY=VALUE (no '=' or no name)",
                            "write --env NAME=value (a credential: gpuroom secret push)")
         env[key] = value
-    if not env:
-        return [], None
-    return ["--env-stdin"], json.dumps(env).encode()
+    return link_env_on_stdin(env)
 
 
 async def _run(args: argparse.Namespace) -> int:

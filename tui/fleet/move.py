@@ -35,7 +35,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
 from gpuroom.tui.model import MirrorHome, Move
 from gpuroom.tui.snapshot import JobSpec, load_answer
-from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.link import HostLink, LinkError, env_on_stdin
 from gpuroom.tui.transport.push import push_file
 
 KILL_WAIT_S = 120.0  # past the queue's default 30 s kill grace, and a slow last save
@@ -158,10 +158,8 @@ def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str]
     opts = [f"--name={spec.name}"] if spec.name else []
     if spec.cwd:
         opts.append(f"--cwd={mapped(spec.cwd)}")
-    stdin = None
-    if spec.env:
-        opts.append("--env-stdin")
-        stdin = json.dumps({k: mapped(v) for k, v in spec.env.items()}).encode()
+    env_opts, stdin = env_on_stdin({k: mapped(v) for k, v in spec.env.items()})
+    opts += env_opts
     if spec.gpus is not None:
         opts += ["--gpus", str(spec.gpus)]
     if spec.vram_mib is not None:

@@ -516,6 +516,15 @@ def remote_command(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
+def env_on_stdin(env: dict[str, str]) -> tuple[list[str], bytes | None]:
+    """A job's env for the helper's ``queue add`` / ``edit``: the option and the bytes for its
+    stdin. The values go there (U34), where no ``ps`` on the box sees them; the helper's
+    command line says only --env-stdin."""
+    if not env:
+        return [], None
+    return ["--env-stdin"], json.dumps(env).encode()
+
+
 def check_document(host: str, snapshot: Any) -> dict[str, Any]:
     """Refuse an answer that is not this gpuroom's probe document: another schema (the file on
     the box is not the helper we shipped, or is another version of it) or a section of the
