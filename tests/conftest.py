@@ -28,7 +28,7 @@ if str(Path(__file__).parent) not in sys.path:
 
 from harness import netns as netns_harness
 from harness import sshd as sshd_harness
-from harness.netns import JumpTopology, NetnsUnavailable
+from harness.netns import JumpTopology
 from harness.sshd import ClientIdentity, SshdBox
 from paths import FIXTURES
 
@@ -83,14 +83,8 @@ def sshd_box(sshd_session: SshdBox, monkeypatch: pytest.MonkeyPatch) -> Iterator
 @pytest.fixture(scope="session")
 def jump_topology_session(ssh_identity: ClientIdentity) -> Iterator[JumpTopology]:
     """Namespaces, veths, the safety route and two sshds, built once; teardown verifies."""
-    reason = netns_harness.missing_requirements()
-    if reason is not None:
-        pytest.skip(reason)
-    try:
-        with netns_harness.jump_topology(ssh_identity) as topo:
-            yield topo
-    except NetnsUnavailable as exc:
-        pytest.skip(str(exc))
+    with netns_harness.built_or_skip(netns_harness.jump_topology, ssh_identity) as topo:
+        yield topo
 
 
 @pytest.fixture

@@ -20,10 +20,12 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+import pytest
 
 from . import procs
 from .sshd import (
@@ -466,11 +468,30 @@ def two_box_topology(
     """Build a TwoBoxTopology and always tear it down, even when building fails half-way."""
     return _built(TwoBoxTopology, identity, "gpuroom-netns2-")
 
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def built_or_skip(build: Callable[[ClientIdentity], contextlib.AbstractContextManager[T]],
+                  identity: ClientIdentity) -> Iterator[T]:
+    """A topology for a fixture, or the test skipped saying why (no root, no ip, ...)."""
+    reason = missing_requirements()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        with build(identity) as topo:
+            yield topo
+    except NetnsUnavailable as exc:
+        pytest.skip(str(exc))
+
+
 __all__ = [
     "SUPERNET",
     "JumpTopology",
     "NetnsUnavailable",
     "TwoBoxTopology",
+    "built_or_skip",
     "jump_topology",
     "list_netns",
     "missing_requirements",

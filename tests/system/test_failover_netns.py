@@ -36,14 +36,8 @@ CUT_AFTER_STEP = 15  # the mirror has brought at least this step home when a is 
 
 @pytest.fixture
 def two_boxes(ssh_identity: ClientIdentity) -> Iterator[netns.TwoBoxTopology]:
-    reason = netns.missing_requirements()
-    if reason is not None:
-        pytest.skip(reason)
-    try:
-        with netns.two_box_topology(ssh_identity) as topo:
-            yield topo
-    except netns.NetnsUnavailable as exc:
-        pytest.skip(str(exc))
+    with netns.built_or_skip(netns.two_box_topology, ssh_identity) as topo:
+        yield topo
 
 
 def _straight_run(tmp_path: Path) -> dict[str, Any]:
