@@ -24,7 +24,7 @@ from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
 from gpuroom.tui.rules.drift import LocalCode, drift_findings, tree_drift_findings
-from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
+from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity, path_under
 from gpuroom.tui.rules.money import (
     Recall,
     cpu_training_findings,
@@ -644,8 +644,7 @@ def _disk_for(path: str, snap: Snapshot) -> Disk | None:
         root = d.where
         if not root:
             continue
-        inside = path == root or path.startswith(root.rstrip("/") + "/")
-        if inside and (best is None or len(root) > len(best.real_path or "")):
+        if path_under(path, root) and (best is None or len(root) > len(best.real_path or "")):
             best = d
     return best
 

@@ -33,3 +33,8 @@ def job_label(job: Job) -> str:
     """``job ID (NAME)`` in a finding's title. The id and the name are the box's words (a
     forged event can carry escapes): made inert here, as the lines a finding quotes are."""
     return sanitize_line(f"job {job.id} ({job.name or job.id})")
+
+
+def path_under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (box paths, as the probe reported them)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, preempt_over
 from gpuroom.tui.present.format import fmt_text, fmt_utc
-from gpuroom.tui.rules.finding import Finding
+from gpuroom.tui.rules.finding import Finding, path_under
 from gpuroom.tui.snapshot import Snapshot
 
 FIX = ("the cloud takes the box in seconds: the jobs were sent SIGUSR1 to save; pull the "
@@ -59,12 +59,23 @@ def stop_only_paths(profile: Profile | None) -> list[str]:
     a path the box can expand."""
     if profile is None:
         return []
+    surviving = stop_surviving_paths(profile)
     return [m.path for m in profile.mounts if m.survives_destroy is False
-            and m.path in stop_surviving_paths(profile)]
+            and m.path in surviving]
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+def _resolved(snap: Snapshot | None) -> dict[str, str]:
+    """Each watched mount's path as the profile names it -> where the probe resolved it on
+    the box (tui/fleet/live.py watched_mounts; ~ expanded there)."""
+    if snap is None:
+        return {}
+    return {d.path: d.where for d in snap.disks if d.path and not d.missing and d.where}
+
+
+def _root(path: str, resolved: dict[str, str]) -> str | None:
+    """A profile mount's path on the box: itself when absolute, else as the probe resolved
+    it; None when it did not (a $VAR, not watched): no claim is made about it."""
+    return path if path.startswith("/") and "$" not in path else resolved.get(path)
 
 
 def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[Finding]:
@@ -73,14 +84,15 @@ def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -
     wanted = stop_surviving_paths(profile)
     # The probe watches each of them (tui/fleet/live.py watched_mounts) and resolves ~; a
     # path it could not resolve ($VAR, not watched) leaves the question open: no claim.
-    resolved = {d.path: d.where for d in snap.disks if d.path and not d.missing and d.where}
-    roots = [p if p.startswith("/") and "$" not in p else resolved.get(p) for p in wanted]
+    resolved = _resolved(snap)
+    roots = [_root(p, resolved) for p in wanted]
     if not roots or profile is None or None in roots:
         return []
     out = []
     for job in snap.jobs:
         path = job.ckpt_dir
-        if job.state not in ACTIVE_STATES or not path or any(_inside(path, r) for r in roots if r):
+        if job.state not in ACTIVE_STATES or not path \
+                or any(path_under(path, r) for r in roots if r):
             continue
         name = profile.title or profile.platform
         out.append(Finding(
@@ -122,13 +134,12 @@ def destroy_wiped_mounts(profile: Profile | None, snap: Snapshot | None) -> list
     ("unknown" paths and ones the probe did not resolve are left out: no claim)."""
     if profile is None:
         return []
-    resolved = {d.path: d.where for d in snap.disks if d.path and not d.missing and d.where} \
-        if snap is not None else {}
+    resolved = _resolved(snap)
     out = []
     for m in profile.mounts:
         if m.survives_destroy is not False or not m.path.startswith(("/", "~")):
             continue
-        root = m.path if m.path.startswith("/") and "$" not in m.path else resolved.get(m.path)
+        root = _root(m.path, resolved)
         if root:
             out.append(WipedMount(m.path, root, m.survives_stop is True))
     return out
@@ -138,4 +149,4 @@ def wiped_by_destroy(path: str | None, mounts: Sequence[WipedMount]) -> WipedMou
     """The mount a destroy wipes that ``path`` (a job's checkpoint dir on the box) is on."""
     if not path:
         return None
-    return next((m for m in mounts if _inside(path, m.root)), None)
+    return next((m for m in mounts if path_under(path, m.root)), None)
