@@ -236,6 +236,18 @@ TEXTUAL_OWN = re.compile(r"\x1b\[[0-9;]*[mH]|\x1b\[\?[0-9;]*[hl]|\x1b\[\?[0-9]+\
 BOX_MARKERS = ("ZXZpbA", "cm0gLXJm", "pwned-title", "5;31;47", "Pq#0", "\x1b[2J")
 
 
+def assert_room_inert(rc: int, shown: str) -> str:
+    """The room exited cleanly and wrote no byte sequence of the box's; what it wrote, less
+    Textual's own sequences, for the caller to find the attack's text in."""
+    assert rc == 0, shown[-2000:]
+    for marker in BOX_MARKERS:
+        assert marker not in shown, marker
+    rest = TEXTUAL_OWN.sub("", shown)
+    for c in FORBIDDEN:
+        assert c not in rest, (repr(c), repr(rest[max(0, rest.find(c) - 80):][:200]))
+    return rest
+
+
 @pytest.mark.attack("hostile text", "the same job, mount and hostname in the open room (the real "
                     "app on a pty): no byte sequence from the box in what Textual writes to the "
                     "terminal, markup shown as text")
@@ -247,12 +259,7 @@ def test_the_room_writes_no_escape_from_the_box(hostile_box: Any, tmp_path: Path
                                   keys=[(10.0, b"q")])
     finally:
         gpuroom_json(config, "queue", "kill", "--json", "box", job)
-    assert rc == 0, shown[-2000:]
-    for marker in BOX_MARKERS:
-        assert marker not in shown, marker
-    rest = TEXTUAL_OWN.sub("", shown)
-    for c in FORBIDDEN:
-        assert c not in rest, (repr(c), repr(rest[max(0, rest.find(c) - 80):][:200]))
+    rest = assert_room_inert(rc, shown)
     # The attack reached the screen: the job's name in the queue pane, its log in the log pane.
     assert "ev[@click=app.quit]x[/]il" in rest
     # The disk pane's row of the mount (its markup is tests/unit/tui/test_hostile_panes.py's);
@@ -308,11 +315,6 @@ def test_a_replayed_recording_of_the_box_is_inert(hostile_box: Any, tmp_path: Pa
         gpuroom_json(config, "queue", "kill", "--json", "box", job)
     rc, shown = in_a_terminal([GPUROOM, "replay", str(recording), "--speed", "10"],
                               terminal_env(tmp_path), keys=[(6.0, b"q")])
-    assert rc == 0, shown[-2000:]
-    for marker in BOX_MARKERS:
-        assert marker not in shown, marker
-    rest = TEXTUAL_OWN.sub("", shown)
-    for c in FORBIDDEN:
-        assert c not in rest, (repr(c), repr(rest[max(0, rest.find(c) - 80):][:200]))
+    rest = assert_room_inert(rc, shown)
     assert "ev[@click=app.quit]x[/]il" in rest
     assert f"=== gpuroom {job} attempt 1" in rest
