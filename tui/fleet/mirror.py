@@ -72,6 +72,31 @@ def wants_mirror(host: HostConfig, job: Job, default: bool | None = None) -> boo
     return mirror_default(host) if default is None else default
 
 
+# (inode, mtime, size) and the parsed document of each state file last read: the fleet
+# asks for homes and moves several times a poll of every host, and the files change only
+# when a pull or a move lands (written by rename, so a new inode and mtime).
+_READ: dict[Path, tuple[tuple[int, int, int], Any]] = {}
+
+
+def read_state(path: Path, what: str) -> Any:
+    """The JSON document of one of the mirror's state files; None when it does not exist or
+    cannot be read (said in the log). Read-only: the document may be shared."""
+    try:
+        st = path.stat()
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        hit = _READ.get(path)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("%s: %s unreadable (%s)", what, path, exc)
+        return None
+    _READ[path] = (key, doc)
+    return doc
+
+
 def state_file(path: Path | None = None) -> Path:
     return path or Path(platformdirs.user_state_dir("gpuroom")) / "mirror.json"
 
@@ -102,35 +127,19 @@ class MirrorState:
         self.jobs = self.path.with_name("mirror-jobs.json")
 
     def spec(self, host: str, job: str) -> QueueSpec | None:
-        try:
-            doc = json.loads(self.jobs.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("mirror: %s unreadable (%s)", self.jobs, exc)
-            return None
+        doc = read_state(self.jobs, "mirror")
         raw = doc.get(f"{host}/{job}") if isinstance(doc, dict) else None
         spec = read_queue_spec(raw)
         return spec if spec.jobs and spec.jobs[0].id == job and spec.jobs[0].argv else None
 
     def put_spec(self, host: str, spec: QueueSpec) -> None:
-        try:
-            doc = json.loads(self.jobs.read_text())
-        except (OSError, ValueError):
-            doc = {}
-        if not isinstance(doc, dict):
-            doc = {}
+        doc = read_state(self.jobs, "mirror")
+        doc = dict(doc) if isinstance(doc, dict) else {}  # a copy: the read one is shared
         doc[f"{host}/{spec.jobs[0].id}"] = asdict(spec)
         _write_private(self.jobs, doc)
 
     def load(self) -> dict[tuple[str, str], MirrorHome]:
-        try:
-            doc = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.warning("mirror: %s unreadable (%s); starting empty", self.path, exc)
-            return {}
+        doc = read_state(self.path, "mirror")
         out: dict[tuple[str, str], MirrorHome] = {}
         for raw in doc.get("homes", []) if isinstance(doc, dict) else []:
             try:

@@ -32,7 +32,7 @@ from pathlib import Path
 from gpuroom.remote.queue_events import LIVE_STATES, ckpt_dir_of
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
-from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec
+from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec, read_state
 from gpuroom.tui.model import MirrorHome, Move
 from gpuroom.tui.snapshot import JobSpec, load_answer
 from gpuroom.tui.transport.link import HostLink, LinkError, env_on_stdin
@@ -66,13 +66,7 @@ class Lineage:
         self.path = state.path.with_name("moves.json")
 
     def load(self) -> list[Move]:
-        try:
-            doc = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError) as exc:
-            log.warning("moves: %s unreadable (%s)", self.path, exc)
-            return []
+        doc = read_state(self.path, "moves")
         out = []
         for raw in doc.get("moves", []) if isinstance(doc, dict) else []:
             try:
