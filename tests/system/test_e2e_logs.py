@@ -166,7 +166,16 @@ def test_follow_keeps_the_last_line_in_view_until_the_user_scrolls_up(
     pane.send_keys("Up", "Up", "Up")
     screen = pane.wait_until(lambda s: "(paused: f or End follows)" in s, STEP_S,
                              "the title to say follow is paused")
+    # The title changes at the first Up; the view settles once all three are handled.
+    deadline = time.monotonic() + STEP_S
     held = _numbers(_log_pane(screen), "beat")
+    while True:
+        time.sleep(0.5)  # more than a beat apart: a view that still followed would differ
+        now = _numbers(_log_pane(pane.capture()), "beat")
+        if now == held:
+            break
+        assert time.monotonic() < deadline, "the paused view never settled"
+        held = now
     time.sleep(2.0)  # ten more beats on the box, four polls
     assert _numbers(_log_pane(pane.capture()), "beat") == held
 
