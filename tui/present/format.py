@@ -86,6 +86,13 @@ def fmt_clock(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
 
 
+def fmt_hhmm(epoch_s: float, *, utc: bool = False) -> str:
+    """"12:30" (local time) or "12:30 UTC": a time of day close enough to need no date."""
+    if utc:
+        return time.strftime("%H:%M UTC", time.gmtime(epoch_s))
+    return time.strftime("%H:%M", time.localtime(epoch_s))
+
+
 def fmt_duration(seconds: float) -> str:
     """In words, for findings and clocks: 40 s, 12 min, 3.5 h, 4 days."""
     seconds = max(0.0, seconds)

@@ -4,10 +4,9 @@ job waits, in words (issue 23). Pure."""
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
-from gpuroom.tui.present.format import fmt_duration, fmt_mmss
+from gpuroom.tui.present.format import fmt_duration, fmt_hhmm, fmt_mmss
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import ArrayTask, Job
 
@@ -121,7 +120,7 @@ def expected_start_text(job: Job, now: float) -> str:
     start = job.expected_start
     if start is None:
         return ""
-    when = time.strftime("%H:%M", time.localtime(start))
+    when = fmt_hhmm(start)
     if start <= now:
         return f"expected to start {when} (due now)"
     return f"expected to start {when} (in {fmt_duration(start - now)})"
@@ -135,7 +134,7 @@ def slurm_summary(job: Job) -> str:
     if job.reason:
         parts.append(f"({job.reason})")
     if job.state == "queued" and job.expected_start is not None:
-        parts.append("starts " + time.strftime("%H:%M", time.localtime(job.expected_start)))
+        parts.append("starts " + fmt_hhmm(job.expected_start))
     if job.node and job.state == "running":
         parts.append(job.node)
     if job.time_left_s is not None:

@@ -9,11 +9,10 @@ so the finding says why the fleet moved it and whether the old copy has been fen
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from gpuroom.tui.model import Move
-from gpuroom.tui.present.format import fmt_duration, fmt_text, fmt_utc
+from gpuroom.tui.present.format import fmt_duration, fmt_hhmm, fmt_text, fmt_utc
 from gpuroom.tui.rules.finding import Finding
 
 # A fenced failover is said for a day, long enough to be read the morning after; one whose
@@ -24,10 +23,6 @@ FENCED_FIX = "nothing to do: it goes on on the host it was moved to"
 PENDING_FIX = ("nothing to do while the host is down; when it answers the fleet (the room or "
                "`gpuroom watch`) kills the old copy before it can continue: stop the rental "
                "if the box should not come back (it may still bill)")
-
-
-def _hhmm(epoch: float) -> str:
-    return time.strftime("%H:%M UTC", time.gmtime(epoch))
 
 
 def move_findings(host: str, moves: Iterable[Move], now: float) -> list[Finding]:
@@ -47,7 +42,7 @@ def move_findings(host: str, moves: Iterable[Move], now: float) -> list[Finding]
         if m.fence:
             fenced = f"{host}'s copy not fenced yet"
         elif m.fenced_at is not None:
-            fenced = f"{host}'s copy fenced at {_hhmm(m.fenced_at)}"
+            fenced = f"{host}'s copy fenced at {fmt_hhmm(m.fenced_at, utc=True)}"
         else:
             fenced = f"{host}'s copy fenced"
         step = f"ckpt step {m.step} (mirrored home)" if m.step is not None else \
