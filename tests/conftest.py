@@ -7,7 +7,7 @@ sshd_session    session: the same SshdBox without the per-test reset (started on
 jump_topology   function: root -> jump -> box in network namespaces (harness/netns.py
                 JumpTopology), reset like sshd_box; built once per session.
 ssh_identity    session: the test user gpuroomtest and the client key every harness sshd accepts.
-fixtures        session: the shared real captures (tests/paths.py FIXTURES); skips when absent.
+fixtures        session: the repository's real captures (tests/fixtures, tests/paths.py FIXTURES).
 
 Tests mirror the code: unit/{tui,remote,profiles} (pure, no daemons), room/ (Pilot and
 snapshot tests of the app), system/ (the real sshd, tmux, rsync, Slurm and namespaces).
@@ -38,9 +38,8 @@ pytest_plugins = ("harness.attacks",)
 
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
-    """The shared folder of real command captures; a test needing it skips without it."""
-    if not FIXTURES.is_dir():
-        pytest.skip(f"no fixtures at {FIXTURES} (set GPUROOM_FIXTURES)")
+    """The repository's copy of the real command captures (tests/fixtures)."""
+    assert FIXTURES.is_dir(), f"no fixtures at {FIXTURES}: the repository carries them"
     return FIXTURES
 
 

@@ -2,9 +2,10 @@
 
 ROOT      the repository
 DATA      tests/data: scenarios and recordings made by the real helper
-FIXTURES  the shared real captures (``$GPUROOM_FIXTURES`` overrides; else ``shared/fixtures``
-          inside the repo or beside it). The ``fixtures`` fixture in conftest.py skips a test
-          when it is absent; module-level parametrisation reads the constant.
+FIXTURES  tests/fixtures: the repository's own copy of the real captures, each with its source
+          (tests/fixtures/INDEX.md), so a clone with nothing beside it passes. Only a fake run
+          as another user on a test box is pointed elsewhere (``$GPUROOM_FIXTURES``, set by
+          the harness to its copy there).
 """
 
 from __future__ import annotations
@@ -19,12 +20,7 @@ DATA = TESTS / "data"
 
 def _fixtures_dir() -> Path:
     override = os.environ.get("GPUROOM_FIXTURES")
-    if override:
-        return Path(override)
-    for candidate in (ROOT / "shared" / "fixtures", ROOT.parent / "shared" / "fixtures"):
-        if candidate.is_dir():
-            return candidate
-    return ROOT.parent / "shared" / "fixtures"
+    return Path(override) if override else TESTS / "fixtures"
 
 
 FIXTURES = _fixtures_dir()

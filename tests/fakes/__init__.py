@@ -1,6 +1,7 @@
 """The hardware boundary this machine lacks (no GPU), replayed from real captures.
 
-``FIXTURES`` is the shared capture folder (``$GPUROOM_FIXTURES`` overrides); each capture is
+``FIXTURES`` is the repository's capture folder, tests/fixtures (``$GPUROOM_FIXTURES`` points a
+fake run on a test box at the harness's copy); each capture is
 ``# source/what/note`` lines, a ``---`` line, then the verbatim command output.
 """
 
