@@ -1,7 +1,7 @@
 """The hostile-input and fault suite's tally (issue 18): a pytest plugin and docs/RELIABILITY.md.
 
 Every test that replays an attack carries ``@pytest.mark.attack(category, attempt)``. This
-plugin refuses a marker outside the seven categories, records each marked test's outcome, and
+plugin refuses a marker outside the categories, records each marked test's outcome, and
 with ``--reliability-doc PATH`` (``make reliability``) writes the document: per category the
 attempts tried and held and what "held" means there, then every attempt with its test id.
 
@@ -58,6 +58,12 @@ CATEGORIES: dict[str, str] = {
         "No private key, passphrase or token appeared on any process's command line "
         "(/proc/*/cmdline) on the jump host or the box while gpuroom polled, pulled or ran "
         "a job, nor in what it printed."),
+    "trust": (
+        "A box whose helper lied in any way, or a web page the user visited, could not write a "
+        "file outside the user's chosen directories, start a process on the jump host, move a "
+        "job the user did not launch with --failover or move, read or drive the web room, or "
+        "crash or restyle the room: each attempt stopped at the guard docs/SECURITY.md names "
+        "for its flow, and what the guard refused was said with the host named."),
 }
 
 HELD, FAILED, SKIPPED, KNOWN = "held", "FAILED", "skipped", "known failure"
