@@ -27,6 +27,7 @@ from typing import Any, Literal, get_args
 import platformdirs
 
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.localfile import LocalFileError, read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -383,7 +384,9 @@ def load_profile_file(path: Path | str, origin: Origin = "user") -> Profile:
     """Read and validate one profile file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "the profile").decode("utf-8")
+    except LocalFileError as exc:
+        raise _error(path, "reading", exc.reason, exc.fix or "") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _error(path, "reading", str(exc),
                      "check that the file exists, is readable and is UTF-8") from exc

@@ -26,6 +26,7 @@ import tomlkit.exceptions
 
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.tui.errors import GpuroomError, with_fix
+from gpuroom.tui.localfile import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -412,7 +413,7 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
     """Read hosts.toml; a missing file is an empty config unless ``must_exist``."""
     path = (path or default_config_path()).expanduser()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, "the hosts file").decode("utf-8")
     except FileNotFoundError:
         if must_exist:
             raise _err(path, "reading", "no such file",
@@ -437,6 +438,9 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
         raise _err(path, "not valid TOML", str(exc),
                    "correct the syntax at that line (strings need quotes, tables [hosts.NAME])",
                    ) from exc
+    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
+        raise _err(path, "not valid TOML", "values nested too deep",
+                   "write each host as a flat [hosts.NAME] table") from None
     unknown = sorted(set(data) - {"hosts", "settings"})
     if unknown:
         raise _err(path, f"top-level key {unknown[0]!r}", "unknown",
@@ -461,7 +465,7 @@ def save(config: Config) -> Path | None:
     """
     path = config.path
     try:
-        old = path.read_text(encoding="utf-8")
+        old = read_regular(path, "the hosts file").decode("utf-8")
     except FileNotFoundError:
         old = None
     except (OSError, UnicodeDecodeError) as exc:
@@ -545,43 +549,3 @@ def _sync_hosts(path: Path, doc: Any, hosts: dict[str, HostConfig]) -> None:
         for key, value in host.to_toml().items():
             item[key] = value
         table[name] = item
-
-
-def ssh_config_aliases(path: Path) -> list[str]:
-    """Every non-wildcard Host alias of an OpenSSH client config, in file order.
-
-    Include directives are followed (relative to ~/.ssh, as ssh does); Match blocks are
-    skipped since they name no alias.
-    """
-    seen: list[str] = []
-    _collect_aliases(path.expanduser(), seen, depth=0)
-    return seen
-
-
-def _collect_aliases(path: Path, seen: list[str], depth: int) -> None:
-    if depth > 8:  # ssh itself limits Include recursion; a loop must not hang us
-        return
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = re.split(r"[\s=]+", line, maxsplit=1)
-        if len(parts) < 2:
-            continue
-        key, value = parts[0].lower(), parts[1]
-        if key == "host":
-            for alias in value.split():
-                if any(c in alias for c in "*?!") or alias in seen:
-                    continue
-                seen.append(alias)
-        elif key == "include":
-            for pattern in value.split():
-                base = Path(pattern).expanduser()
-                if not base.is_absolute():
-                    base = Path("~/.ssh").expanduser() / base
-                for inc in sorted(base.parent.glob(base.name)):
-                    _collect_aliases(inc, seen, depth + 1)

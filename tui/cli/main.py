@@ -28,6 +28,7 @@ from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
+from gpuroom.tui.ssh_config import ssh_config_aliases
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -175,7 +176,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
                   f"{', '.join(known)} (gpuroom profiles lists them)", file=sys.stderr)
             return EXIT_USAGE
         ssh_config = config.ssh_config_path()
-        if alias not in cfg.ssh_config_aliases(ssh_config):
+        if alias not in ssh_config_aliases(ssh_config):
             # ssh would take it as a plain host name: fine for a DNS name, a typo otherwise.
             print(f"gpuroom: warning: {alias!r} is not a Host in {ssh_config}; ssh will look it "
                   f"up as a host name. Fix: add 'Host {alias}' with its HostName, User and "
@@ -203,7 +204,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
                                   "write your boxes there as 'Host NAME' blocks (HostName, "
                                   "User, Port), or give --ssh-config PATH")
         added = []
-        for alias in cfg.ssh_config_aliases(ssh_config):
+        for alias in ssh_config_aliases(ssh_config):
             if alias in config.hosts or cfg.check_alias(alias):
                 continue
             config.hosts[alias] = cfg.HostConfig(name=alias, ssh=alias)

@@ -23,6 +23,7 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import load_answer
 from gpuroom.tui.transport.link import LinkError
 
 
@@ -101,7 +102,7 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         await fleet.close()
     try:
-        doc = json.loads(result.stdout)
+        doc = load_answer(result.stdout)
     except ValueError:
         raise LinkError(args.host, f"secret {args.secret_cmd} failed ({result.failure()})") \
             from None

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.api import StaticFleet
+from gpuroom.tui.localfile import LocalFileError, read_lines
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import load_answer
@@ -24,6 +25,10 @@ from gpuroom.tui.snapshot import load_answer
 # A gap longer than this in a recording (the recorder was stopped, the laptop slept) is not
 # waited out at --speed 1: the replay moves on after this long.
 MAX_WAIT_S = 5.0
+# One line is one poll outcome: a snapshot the link capped at 8 MiB, re-encoded (a non-ASCII
+# character may take 12 bytes as \u escapes). The whole file is held in memory as records.
+MAX_LINE_BYTES = 32 << 20  # 32 MiB
+MAX_RECORDING_BYTES = 2 << 30  # 2 GiB
 
 
 class RecordingError(GpuroomError):
@@ -81,21 +86,28 @@ def _parse(path: Path, n: int, raw: str) -> Record:
 def load_recording(path: Path) -> list[Record]:
     """Every line of a recording, in time order. Blank lines are skipped; a bad one is an
     error naming its line (a recording cut mid-line by a crash: only a last line may be
-    partial, and it is dropped)."""
+    partial, and it is dropped). Only a regular file is read, line by line, each line and
+    the whole bounded (tui/localfile.py)."""
+    records: list[Record] = []
+    bad: RecordingError | None = None  # a bad line is an error unless it was the last
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for n, data in enumerate(read_lines(path, "the recording", line_cap=MAX_LINE_BYTES,
+                                            total_cap=MAX_RECORDING_BYTES), 1):
+            raw = data.decode("utf-8", errors="replace")
+            if not raw.strip():
+                continue
+            if bad is not None:
+                raise bad
+            try:
+                records.append(_parse(path, n, raw))
+            except RecordingError as exc:
+                if not records:
+                    raise
+                bad = exc  # the recorder may have been killed mid-write
+    except LocalFileError as exc:
+        raise RecordingError(exc.message, exc.fix) from None
     except OSError as exc:
         raise RecordingError(f"{path}: cannot read ({exc.strerror})") from None
-    records: list[Record] = []
-    for n, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            records.append(_parse(path, n, raw))
-        except RecordingError:
-            if n == len(lines) and records:
-                break  # the recorder was killed mid-write
-            raise
     if not records:
         raise RecordingError(f"{path}: no records", "record one with `gpuroom record FILE`")
     records.sort(key=lambda r: r.t)

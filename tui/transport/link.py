@@ -33,11 +33,11 @@ from gpuroom.tui.config import (
     HostConfig,
     check_alias,
     default_ssh_config_path,
-    ssh_config_aliases,
 )
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer, snapshot_problems
+from gpuroom.tui.ssh_config import check_ssh_config, ssh_config_aliases
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
 
 CONNECT_TIMEOUT_S = 10.0
@@ -71,6 +71,13 @@ class LinkError(GpuroomError):
         super().__init__(f"{host}: {message}", fix)
         self.host = host
         self.reason = message
+
+
+class SshConfigRefused(LinkError):
+    """The user's ssh config is one asyncssh must not read (an Include loop, a FIFO, a link
+    to a device): a configuration error, naming the file and line."""
+
+    exit_code = 2  # tui/cli/main.py: usage or config error
 
 
 class RemoteFileError(LinkError):
@@ -265,7 +272,11 @@ class SshTransport:
     @classmethod
     async def connect(cls, host: str, alias: str, ssh_config: Path | None,
                       python: str = "python3") -> SshTransport:
-        config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else ()
+        named = ssh_config is not None and ssh_config.exists()
+        config = [str(ssh_config)] if named else ()
+        # With no file named, asyncssh reads ~/.ssh/config: that one is checked then.
+        _check_ssh_config(host, ssh_config if ssh_config is not None and named
+                          else default_ssh_config_path())
         options = await _config_options(config, alias)
         ciphers = _cipher_preference(options)
         hops = _proxy_jump(options)
@@ -428,6 +439,14 @@ async def _open_jumps(host: str, alias: str, hops: str,
         conn = nxt
     assert conn is not None  # hops is never empty
     return conn
+
+
+def _check_ssh_config(host: str, path: Path) -> None:
+    """Refuse, before asyncssh reads it, an ssh config it would hang on or recurse in."""
+    try:
+        check_ssh_config(path)
+    except GpuroomError as exc:
+        raise SshConfigRefused(host, exc.message, fix=exc.fix) from None
 
 
 def _unresolved(host: str, alias: str, ssh_config: Path | None,

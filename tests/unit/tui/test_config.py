@@ -9,6 +9,7 @@ import pytest
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
+from gpuroom.tui.ssh_config import ssh_config_aliases
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -102,7 +103,7 @@ Host gpu-?
 Include {inc}
 Host h100
 """)
-    assert cfg.ssh_config_aliases(main_cfg) == ["h100", "h100-b", "lambda-a100"]
+    assert ssh_config_aliases(main_cfg) == ["h100", "h100-b", "lambda-a100"]
 
 
 def test_cli_hosts_add_list_remove_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]
