@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import platformdirs
 import tomlkit
@@ -27,6 +26,7 @@ import tomlkit.exceptions
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.localfile import read_regular
+from gpuroom.tui.webhook_url import UrlRefused, request_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -333,20 +333,6 @@ def parse_rented_at(value: Any) -> float | None:
     return None
 
 
-def url_problem(url: Any) -> str | None:
-    """Why ``url`` cannot be a notify_url, or None: an http(s) URL with a host."""
-    if not isinstance(url, str):
-        return "must be a URL string"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError on a bad port)
-    except ValueError as exc:
-        return str(exc)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "must be an http:// or https:// URL with a host"
-    return None
-
-
 def _parse_settings(path: Path, raw: Any) -> Settings:
     settings = Settings()
     if raw is None:
@@ -386,10 +372,10 @@ def _parse_settings(path: Path, raw: Any) -> Settings:
                            "e.g. notify_command = [\"notify-send\", \"gpuroom\"]")
             settings.notify_command = list(value)
         elif key == "notify_url":
-            problem = url_problem(value)
-            if problem:
-                raise _err(path, "[settings] notify_url", problem,
-                           "e.g. notify_url = \"https://ntfy.sh/my-gpuroom-topic\"")
+            try:
+                request_url(value)
+            except UrlRefused as exc:  # the URL may hold a token: never quoted back
+                raise _err(path, "[settings] notify_url", exc.reason, exc.fix) from None
             settings.notify_url = value
         else:
             raise _err(path, f"[settings] {key}", "unknown key",

@@ -23,6 +23,7 @@ class Hook:
     answers: list[int] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # each delivered request's path, as sent
     statuses: list[int] = field(default_factory=list)
     got: threading.Event = field(default_factory=threading.Event)
 
@@ -43,6 +44,7 @@ def webhook(path: str = "/hook/secret-token", answers: list[int] | None = None
                 if status == 200:
                     hook.bodies.append(json.loads(raw))
                     hook.headers.append(dict(self.headers))
+                    hook.paths.append(self.path)
                     hook.got.set()
             self.send_response(status)
             if 300 <= status < 400:

@@ -62,7 +62,11 @@ class Exporter:
         for alert in self.watch.new_criticals(self.watch.findings(),
                                               self.watch.clocks(hosts, now), now):
             _say(alert.line)
-            self._spawn(self._send(alert))
+            # Each channel on its own: one that fails or hangs never holds back another.
+            if self.notifier is not None:
+                self._spawn(self._post(self.notifier, alert))
+            if self.settings.notify_command:
+                self._spawn(self._run_command(self.settings.notify_command, alert))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -73,23 +77,23 @@ class Exporter:
         """Wait for the alerts being sent."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _send(self, alert: Alert) -> None:
-        if self.notifier is not None:
-            try:
-                await self.notifier.send(alert.to_json())
-            except NotifyError as exc:
-                _say(f"warning: {exc}")
-        if self.settings.notify_command:
-            argv = [*self.settings.notify_command, alert.line]
-            try:
-                rc, out = await run_user_command(argv, NOTIFY_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as exc:
-                _say(f"warning: notify_command {argv[0]} failed: {exc!r}. Fix: check "
-                     "[settings] notify_command in hosts.toml")
-                return
-            if rc:
-                _say(f"warning: notify_command {argv[0]} exited {rc}: "
-                     f"{sanitize_line(out.decode(errors='replace'))[-200:]}")
+    async def _post(self, notifier: UrlNotifier, alert: Alert) -> None:
+        try:
+            await notifier.send(alert.to_json())
+        except NotifyError as exc:
+            _say(f"warning: {exc}")
+
+    async def _run_command(self, command: list[str], alert: Alert) -> None:
+        argv = [*command, alert.line]
+        try:
+            rc, out = await run_user_command(argv, NOTIFY_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            _say(f"warning: notify_command {argv[0]} failed: {exc!r}. Fix: check "
+                 "[settings] notify_command in hosts.toml")
+            return
+        if rc:
+            _say(f"warning: notify_command {argv[0]} exited {rc}: "
+                 f"{sanitize_line(out.decode(errors='replace'))[-200:]}")
 
     async def serve(self, host: str, port: int, duration: float | None) -> None:
         collector = FleetCollector(asyncio.get_running_loop(), self.families)

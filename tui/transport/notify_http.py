@@ -10,14 +10,16 @@ A redirect is an error: urllib would turn the POST into a GET and drop the alert
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.webhook_url import UrlRefused, request_url, where
 
 ATTEMPT_TIMEOUT_S = 10.0
 ATTEMPTS = 3
@@ -28,13 +30,6 @@ FIX = "check [settings] notify_url in hosts.toml and that the server answers a P
 
 class NotifyError(GpuroomError):
     """The alert did not reach ``notify_url``."""
-
-
-def where(url: str) -> str:
-    """The URL without its path, query or credentials: safe to show."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -62,6 +57,11 @@ async def post_alert(url: str, alert: Mapping[str, str], *, attempts: int = ATTE
                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> int:
     """POST ``alert`` (host, id, severity, text, fix) as JSON; the number of attempts it
     took. Raises NotifyError after ``attempts`` failures or on a refusal."""
+    try:
+        target = request_url(url)
+    except UrlRefused as exc:
+        raise NotifyError(f"notify_url {where(url)} {exc.reason}; the alert was not sent",
+                          exc.fix) from None
     body = json.dumps(dict(alert)).encode()
     headers = {"Content-Type": "application/json", "User-Agent": "gpuroom",
                # ntfy shows these as the notification's title and priority; webhooks ignore them.
@@ -70,7 +70,7 @@ async def post_alert(url: str, alert: Mapping[str, str], *, attempts: int = ATTE
     why = ""
     for n in range(1, attempts + 1):
         try:
-            await asyncio.to_thread(_post_once, url, body, headers, timeout_s)
+            await asyncio.to_thread(_post_once, target, body, headers, timeout_s)
             return n
         except urllib.error.HTTPError as exc:
             why = f"HTTP {exc.code}"
@@ -82,7 +82,11 @@ async def post_alert(url: str, alert: Mapping[str, str], *, attempts: int = ATTE
                                   FIX) from None
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             reason = getattr(exc, "reason", exc)
-            why = str(reason) or type(reason).__name__
+            why = sanitize_line(str(reason))[:200] or type(reason).__name__
+        except (http.client.HTTPException, ValueError) as exc:
+            # A server that answers no HTTP (BadStatusLine), or a URL urllib will not send:
+            # named by class only, since either message may quote the URL or the server.
+            why = type(exc).__name__
         if n < attempts:
             await sleep(first_pause_s * 2 ** (n - 1))
     raise NotifyError(f"notify_url {where(url)}: the alert was not delivered after {attempts} "
