@@ -38,6 +38,13 @@ TIMER_KINDS = ("walltime", "session_cap", "idle_timeout", "auto_release")
 KERNEL_KINDS = ("xid", "gpu_lost", "oom")
 
 
+# Why a series was left out of a scrape (gpuroom_dropped_series): its labels repeated those of
+# one already there, which would make the whole exposition unparseable. The box's words decide
+# GPU indexes and paths, so two GPUs "0", or two paths one control character apart (the same
+# once sanitized), are the box's doing.
+DROP_REASONS = ("duplicate_gpu", "duplicate_path", "duplicate_labels")
+
+
 @dataclass
 class Family:
     name: str
@@ -45,10 +52,24 @@ class Family:
     help: str
     labels: tuple[str, ...]
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    # How many leading labels name the thing measured: gpuroom_gpu_info's model is a value
+    # of GPU (host, gpu), so a second model for the same GPU is a duplicate too.
+    identity: int | None = None
+    dropped: dict[tuple[str, str], int] = field(default_factory=dict, init=False)  # (host, why)
+    _seen: set[tuple[str, ...]] = field(default_factory=set, init=False, repr=False)
 
     def add(self, value: float | None, *labels: str) -> None:
-        if value is not None:
-            self.samples.append((labels, float(value)))
+        if value is None:
+            return
+        key = labels[:self.identity] if self.identity is not None else labels
+        if key in self._seen:
+            reason = ("duplicate_gpu" if "gpu" in self.labels else
+                      "duplicate_path" if "path" in self.labels else "duplicate_labels")
+            drop = (labels[0] if labels else "", reason)
+            self.dropped[drop] = self.dropped.get(drop, 0) + 1
+            return
+        self._seen.add(key)
+        self.samples.append((labels, float(value)))
 
 
 class KernelCounts:
@@ -73,14 +94,18 @@ class _Families:
     def __init__(self) -> None:
         self.all: dict[str, Family] = {}
 
-    def __call__(self, name: str, kind: Kind, help_: str, *labels: str) -> Family:
+    def __call__(self, name: str, kind: Kind, help_: str, *labels: str,
+                 identity: int | None = None) -> Family:
         if name not in self.all:
-            self.all[name] = Family(name, kind, help_, labels)
+            self.all[name] = Family(name, kind, help_, labels, identity=identity)
         return self.all[name]
 
 
 def _label(text: str | None) -> str:
-    return sanitize_line(text or "")[:200]
+    """A box's words as a label value: inert, bounded, and valid UTF-8 (a lone surrogate
+    from JSON's \\ud800 would fail the exposition's encoding)."""
+    inert = sanitize_line(text or "")[:200]
+    return inert.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def _host(f: _Families, h: HostState, now: float) -> None:
@@ -106,7 +131,7 @@ def _gpus(f: _Families, host: str, snap: Snapshot) -> None:
             continue
         i = str(g.index)
         f("gpuroom_gpu_info", "gauge", "1 per GPU, its model in a label", "host", "gpu",
-          "model").add(1.0, host, i, _label(g.name))
+          "model", identity=2).add(1.0, host, i, _label(g.name))
         for name, help_, value, scale in (
             ("gpuroom_gpu_sm_clock_hertz", "SM clock", g.clock_sm_mhz, MHZ),
             ("gpuroom_gpu_sm_clock_max_hertz", "SM clock maximum", g.clock_sm_max_mhz, MHZ),
@@ -131,9 +156,16 @@ def _gpus(f: _Families, host: str, snap: Snapshot) -> None:
 
 
 def _disks_and_cgroup(f: _Families, host: str, snap: Snapshot) -> None:
+    # One series per filesystem, under the first path the box gave for it (as the disk pane
+    # shows it): ~, the home path and / on one device exported thrice made sum() count it thrice.
+    devices: set[int] = set()
     for d in snap.disks:
         if d.error is not None or not d.path:
             continue
+        if d.device is not None:
+            if d.device in devices:
+                continue
+            devices.add(d.device)
         path = _label(d.path)
         for name, help_, value in (
             ("gpuroom_disk_used_bytes", "bytes used (df: total - free incl. reserve)",
@@ -209,4 +241,13 @@ def fleet_families(hosts: Iterable[HostState], findings: Iterable[Finding],
               "severity", "host", "id", "severity")
     for (host, fid, sev), n in sorted(counted.items()):
         found.add(n, host, _label(fid), sev if sev in SEVERITY_RANK else "other")
+    dropped: dict[tuple[str, str], int] = {}
+    for fam in f.all.values():
+        for key, n in fam.dropped.items():
+            dropped[key] = dropped.get(key, 0) + n
+    gone = f("gpuroom_dropped_series", "gauge", "series left out of this scrape because their "
+             "labels repeated another's (the box named two GPUs or paths alike)", "host", "reason")
+    for h in hosts:
+        for reason in DROP_REASONS:
+            gone.add(dropped.get((h.name, reason), 0), h.name, reason)
     return list(f.all.values())
