@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from gpuroom.tui.present.disks import disk_rows
 from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
 from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
+from gpuroom.tui.rules.plausible import plausible_uptime
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Snapshot
 from gpuroom.tui.ssh_config import ssh_config_aliases
@@ -61,7 +63,8 @@ def _print_table(states: list[HostState]) -> None:
     for s in states:
         snap = s.view
         b, i = _worst_disk(snap)
-        uptime = snap.host.uptime_s if snap is not None else None
+        # A negative or absurd uptime is the doctor's finding, not a number to print.
+        uptime = plausible_uptime(snap, time.time()) if snap is not None else None
         hostname = snap.host.hostname if snap is not None else None
         add_row(table, (
             s.name,

@@ -23,6 +23,7 @@ from gpuroom.tui.present.format import fmt_duration, fmt_money
 from gpuroom.tui.rules.doctor import walltime_left
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.gate import Record, job_pull
+from gpuroom.tui.rules.plausible import clock_problem
 from gpuroom.tui.rules.stall import gpu_idle, stalls
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Job, Snapshot
@@ -116,9 +117,11 @@ class IdleTracker:
 
 def billed_seconds(snap: Snapshot, now: float, rented_at: float | None = None) -> float | None:
     """Since the user's rented_at when given, else since the box booted (uptime at probe time
-    plus the probe's age)."""
+    plus the probe's age); None when the box's uptime or clock cannot be true."""
     if rented_at is not None:
         return max(0.0, now - rented_at)
+    if clock_problem(snap, now) is not None:
+        return None  # a finding about the box (plausible.py), never negative or absurd money
     uptime, taken = snap.host.uptime_s, snap.host.time
     if uptime is None:
         return None

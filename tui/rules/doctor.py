@@ -35,6 +35,7 @@ from gpuroom.tui.rules.money import (
     reboot_findings,
 )
 from gpuroom.tui.rules.moves import move_findings
+from gpuroom.tui.rules.plausible import clock_findings
 from gpuroom.tui.rules.stall import job_gpus, stall_findings
 from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
@@ -257,7 +258,8 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
             out.append(_finding(
                 "GEN6", "critical", host, f"{label} died: the box rebooted",
                 f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"
-                + (f", uptime {fmt_duration(uptime)}" if uptime is not None else "")))
+                + (f", uptime {fmt_duration(uptime)}" if uptime is not None and uptime >= 0
+                   else "")))
         elif cgroup_oom:
             out.append(_finding(
                 "U9", "critical", host, f"{label} died: cgroup OOM-kill",
@@ -808,6 +810,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += drift_findings(host, snap)
     if local is not None:
         out += tree_drift_findings(host, snap, local)
+    out += clock_findings(host, snap, now)
     out += move_findings(host, moves, now)
     return sort_findings(out)
 
