@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.present.format import fmt_bytes
 
 # hosts.toml, an ssh config or a profile is a few KiB; this is far past any real one.
 CONFIG_MAX_BYTES = 4 << 20  # 4 MiB
@@ -79,7 +80,7 @@ def read_regular(path: Path, what: str, cap: int = CONFIG_MAX_BYTES) -> bytes:
             got += len(chunk)
     finally:
         os.close(fd)
-    raise LocalFileError(path, f"{what} is over {cap >> 20} MiB, far more than such a file "
+    raise LocalFileError(path, f"{what} is over {fmt_bytes(cap)}, far more than such a file "
                                "holds", f"check that {path} is the file you meant (ls -lL {path})")
 
 
@@ -102,11 +103,11 @@ def read_lines(path: Path, what: str, *, line_cap: int, total_cap: int) -> Itera
                 total += len(line)
                 if len(line) > line_cap and not line.endswith(b"\n"):
                     raise LocalFileError(
-                        path, f"line {n} of {what} is over {line_cap >> 20} MiB",
+                        path, f"line {n} of {what} is over {fmt_bytes(line_cap)}",
                         f"check that {path} is the file you meant, or cut that line")
                 if total > total_cap:
                     raise LocalFileError(
-                        path, f"{what} is over {total_cap >> 20} MiB (at line {n})",
+                        path, f"{what} is over {fmt_bytes(total_cap)} (at line {n})",
                         f"cut it into parts (split -l 100000 {path} part-) and use one")
                 yield line.rstrip(b"\n")
     finally:

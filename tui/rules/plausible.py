@@ -1,9 +1,11 @@
 """Numbers from a box that cannot be true: its uptime and its clock.
 
 The box's uptime and ``time.time()`` drive money (billed since boot), the session cap and the
-preemptible cap. A negative uptime, a boot in the future, or a clock years off the jump host's
-is a broken clock or a forged answer; either way it is a finding about the box, and every
-clock that would count from it counts nothing (unknown), never negative money.
+preemptible cap. A negative uptime (a boot after the box's own now), an uptime longer than any
+box stays up, or a clock a year or more off the jump host's is a broken clock or a forged
+answer; either way it is a finding about the box, and every clock that would count from it
+counts nothing (unknown), never negative money. A boot is judged on the box's own clock: a
+box a few minutes ahead that just rebooted did not boot "in the future".
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ MAX_UPTIME_S = 20 * 365 * 86400.0
 # The box's clock against the jump host's, either way: NTP-less boxes drift by seconds a
 # day; a year is a clock set wrong (or a stale snapshot a year old, which counts nothing).
 MAX_CLOCK_SKEW_S = 365 * 86400.0
-# A boot this far past the jump host's now is still only skew, not a future boot.
-BOOT_SLACK_S = 300.0
 LAST_DATE_EPOCH = 253402300800.0  # 10000-01-01: datetime's range ends before it
 
 FIX = ("check the box's clock and uptime there (date -u; cat /proc/uptime; timedatectl to "
@@ -35,15 +35,13 @@ def clock_problem(snap: Snapshot, now: float) -> str | None:
     """Why the box's uptime or clock cannot be true at the jump host's ``now``, or None."""
     uptime, taken = snap.host.uptime_s, snap.host.time
     if uptime is not None and uptime < 0:
-        return f"uptime {uptime:.0f} s is negative"
+        return f"uptime {uptime:.0f} s is negative (a boot after the box's own now)"
     if uptime is not None and uptime > MAX_UPTIME_S:
         return f"uptime {fmt_duration(uptime)} is longer than any box stays up"
     if taken is not None and abs(taken - now) > MAX_CLOCK_SKEW_S:
         side = "ahead of" if taken > now else "behind"
         return (f"its clock reads {_moment(taken)}, {fmt_duration(abs(taken - now))} {side} "
                 "this machine's")
-    if uptime is not None and taken is not None and taken - uptime > now + BOOT_SLACK_S:
-        return f"it booted at {fmt_utc(taken - uptime)}, in the future"
     return None
 
 
