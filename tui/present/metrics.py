@@ -61,6 +61,9 @@ class Family:
     def add(self, value: float | None, *labels: str) -> None:
         if value is None:
             return
+        # Every value inert, host names from hosts.toml included: the exposition is read in
+        # terminals (curl) as much as by Prometheus.
+        labels = tuple(_label(x) for x in labels)
         key = labels[:self.identity] if self.identity is not None else labels
         if key in self._seen:
             reason = ("duplicate_gpu" if "gpu" in self.labels else

@@ -59,3 +59,12 @@ def test_a_surrogate_in_a_gpu_name_and_duplicate_indexes_still_parse() -> None:
     dropped = {lab["reason"]: v for n, lab, v in samples if n == "gpuroom_dropped_series"}
     assert dropped["duplicate_gpu"] >= 2 and dropped["duplicate_path"] == 5
     assert dropped["duplicate_labels"] == 0
+
+
+def test_a_host_name_with_escapes_is_an_inert_label() -> None:
+    h = _host({"schema": 1, "host": {"uptime_s": 10, "time": NOW}})
+    h.name = "b\x1b]52;c;ZXZpbA==\x07"
+    text, om = _expositions(h)
+    assert "\x1b" not in text + om and "\x07" not in text + om
+    assert [s.labels["host"] for f in om_parse(om) for s in f.samples
+            if s.name == "gpuroom_host_up"] == ["b"]
