@@ -33,7 +33,7 @@ def cmd_web(args: argparse.Namespace) -> int:
                           "e.g. gpuroom web --max-rooms 4")
     host, port = parse_listen(args.listen, allow_remote=args.allow_remote)
     config = load_config(args)  # a bad config is said here, not in each tab
-    notice = remote_notice(host)
+    notice = remote_notice(host, "only the printed URL's token opens the room")
     if notice:
         print(f"gpuroom web: {notice}", file=sys.stderr, flush=True)
     hosts = len(config.effective_hosts())
@@ -53,7 +53,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 def add_cli(sub: Any) -> None:
     p = sub.add_parser("web", help="serve the room in a browser (textual-serve)")
-    add_listen_args(p, "127.0.0.1:8000", "the room")
+    add_listen_args(p, "127.0.0.1:8000", "the room", "the printed URL's token is the key")
     p.add_argument("--max-rooms", type=int, default=DEFAULT_MAX_ROOMS, metavar="N",
                    help=f"rooms (browser tabs) open at once, each a process (default "
                         f"{DEFAULT_MAX_ROOMS}); one more is refused")
