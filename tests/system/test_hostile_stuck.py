@@ -32,8 +32,8 @@ from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.rules.doctor import diagnose
 from gpuroom.tui.rules.gate import evaluate
-from gpuroom.tui.transport import pull as transfer
 from gpuroom.tui.snapshot import read_snapshot
+from gpuroom.tui.transport import pull as transfer
 from gpuroom.tui.transport.link import HostLink
 
 pytestmark = pytest.mark.sshd

@@ -50,6 +50,7 @@ from gpuroom.tui.transport.link import (
     RemoteFileError,
     RemoteFileRefused,
     cut_to,
+    not_regular,
 )
 from gpuroom.tui.transport.openssh_sftp import OpenSshSftp, SessionUnavailable
 
@@ -182,6 +183,20 @@ def local_failure(exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"{text}{where}; check free space (df -h) and pull again: it resumes"
     return f"{text}{where}"
+
+
+def _refuse_local(host: str, path: Path) -> None:
+    """A FIFO or device where this pull writes or hashes would block its open for ever."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    what = not_regular(mode)
+    if what is not None:
+        raise RemoteFileRefused(host, f"{path} on this machine is {what}, not a regular "
+                                      "file: refused before opening it",
+                                fix=f"move it away (mv {shlex.quote(str(path))} ...) and pull "
+                                    "again")
 
 
 def sha256_file(path: Path) -> str:
@@ -664,14 +679,14 @@ class _Paths:
 
 async def _pull_one(link: HostLink, paths: _Paths, remote_dir: str,
                     entry: dict[str, Any], *, target: Path, meter: _Meter,
-                    digests: _BoxDigests, listed: frozenset[str]) -> FileResult:
+                    digests: _BoxDigests, names: frozenset[str]) -> FileResult:
     """_pull_file, with what fails this file alone turned into its result: the box refused
     or never opened it, or this machine could not write it. A LinkError (the link is gone)
     still ends the pull."""
     counted = (meter.done, meter.skipped)
     try:
         return await _pull_file(link, paths, remote_dir, entry, target=target, meter=meter,
-                                digests=digests, listed=listed)
+                                digests=digests, names=names)
     except (RemoteFileRefused, OSError) as exc:
         meter.rewind(*counted)
         meter.total -= int(entry["size"])
@@ -684,13 +699,15 @@ async def _pull_one(link: HostLink, paths: _Paths, remote_dir: str,
 
 async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
                      entry: dict[str, Any], *, target: Path, meter: _Meter,
-                     digests: _BoxDigests, listed: frozenset[str]) -> FileResult:
+                     digests: _BoxDigests, names: frozenset[str]) -> FileResult:
     rel = entry["path"]
     size = int(entry["size"])
     fr = FileResult(path=rel, size=size, sha256=entry.get("sha256"))
     remote = remote_dir.rstrip("/") + "/" + rel
-    part = part_path(target, rel, listed)
+    part = part_path(target, rel, names)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for here in (target, part):
+        _refuse_local(link.name, here)
 
     async def box_sha() -> str | None:
         """The box's digest; a deferred one waits for the box's hashing pass."""
@@ -851,12 +868,12 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
         rsync.start_probe()  # the ssh login overlaps the first files
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
     digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])
-    listed = listed_names([str(e.get("path")) for e in doc["files"]])
+    names = listed_names([str(e.get("path")) for e in doc["files"]])
     try:
         for entry, target in todo:
             # A LinkError propagates: the link is gone, the .part files stay for the resume.
             fr = await _pull_one(link, paths, box_dir, entry, target=target, meter=meter,
-                                 digests=digests, listed=listed)
+                                 digests=digests, names=names)
             result.files.append(fr)
             result.bytes_transferred += fr.bytes_transferred
     finally:
