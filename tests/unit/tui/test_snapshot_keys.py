@@ -161,8 +161,7 @@ ELSEWHERE = {
     "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",
     "queue.queues{}.jobs[].checkpoint.save_s",
     # A job's unreadable log and an ended job's surviving daemon: test_hostile_stuck.py.
-    "queue.queues{}.jobs[].probe_error", "queue.queues{}.jobs[].survivors",
-    "queue.queues{}.jobs[].survivors[].pid", "queue.queues{}.jobs[].survivors[].command",
+    *required("leftover"),
 }
 
 
