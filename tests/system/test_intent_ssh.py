@@ -12,10 +12,12 @@ tmux server in the test's dir). Whatever a job on boxa does, nothing it asked fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -93,8 +95,23 @@ def hosts(sshd_box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     sshd_box.run("sh", "-c", 'pkill -u "$(id -u)" -f "[q]ueue runner"; '
                  'pkill -u "$(id -u)" -f "[s]leep 300"')
     subprocess.run(["tmux", "kill-server"], capture_output=True, check=False, timeout=30)
+    _end_processes_under(jump)  # a regression's runner and payload on this machine
     for d in ("wa", "wb", "boxb"):
         shutil.rmtree(home / d, ignore_errors=True)
+
+
+def _end_processes_under(folder: Path) -> None:
+    """SIGKILL each process whose command line names ``folder`` (this test's own dir)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(folder).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
