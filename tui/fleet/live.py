@@ -404,6 +404,7 @@ class Fleet(PendingLedger):
                 del self._wipe_checked[(name, job.id)]  # asked again at the next poll
                 continue
             found = committed(doc["files"])
+            state.held = [h for h in state.held if h.job != job.id]
             if found and found[-1][0] >= home.step:
                 continue  # the box kept its checkpoints: its runner resumes from them
             if self._witnessed_boot.get(name) != boot:
