@@ -74,6 +74,8 @@ class HostConfig:
     name: str
     ssh: str | None = None  # alias in the ssh config; None for the local host
     local: bool = False
+    # A local host receives moved or failed-over jobs only when hosts.toml says so.
+    accept_moves: bool = False
     profile: str = DEFAULT_PROFILE
     price_per_hour: float | None = None
     mounts: list[str] = field(default_factory=list)
@@ -115,6 +117,8 @@ class HostConfig:
         out: dict[str, Any] = {}
         if self.local:
             out["local"] = True
+        if self.accept_moves:
+            out["accept_moves"] = True
         if self.ssh is not None:
             out["ssh"] = self.ssh
         if self.profile != DEFAULT_PROFILE:
@@ -194,7 +198,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {reason}", fix)
 
 
-_HOST_KEYS = {"ssh", "local", "profile", "price_per_hour", "mounts", "pull_to",
+_HOST_KEYS = {"ssh", "local", "accept_moves", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
               "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir",
               "code"}
@@ -217,6 +221,11 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
         known = ", ".join(sorted(_HOST_KEYS))
         problems.append(f"unknown key(s) {', '.join(unknown)} (known: {known})")
     host.local = raw.get("local") is True
+    accept = raw.get("accept_moves", False)
+    if isinstance(accept, bool):
+        host.accept_moves = accept
+    else:
+        problems.append("accept_moves must be true or false")
     ssh = raw.get("ssh")
     if host.local:
         host.ssh = None

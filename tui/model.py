@@ -88,6 +88,18 @@ class Move:
         return f"{self.src_host}/{self.src_job} -> {self.dst_host}/{self.dst_job} ({step})"
 
 
+@dataclass(frozen=True)
+class HeldFailover:
+    """A failover the fleet did not make: the box says a new boot and its checkpoint dir lost
+    the step the mirror brought home, but this jump host saw no outage to back that word
+    (tui/fleet/live.py _failover_wiped); the doctor says it (tui/rules/moves.py)."""
+
+    job: str
+    step: int  # the step the mirror has home
+    boot: str  # the boot id the box reports
+    at: float
+
+
 @dataclass
 class HostState:
     """One host as the jump host last saw it."""
@@ -118,6 +130,7 @@ class HostState:
     mirrored: dict[str, MirrorHome] = field(default_factory=dict)  # by job id
     moves: dict[str, str] = field(default_factory=dict)  # job id: "moved to B/j3", "from A/j7"
     moved: list[Move] = field(default_factory=list)  # the moves from or to this host
+    held: list[HeldFailover] = field(default_factory=list)  # failovers not made, said
 
     def age_s(self, now: float | None = None) -> float | None:
         """Seconds since the last good snapshot, None if there never was one."""

@@ -27,8 +27,9 @@ torch = pytest.importorskip("torch")
 
 from gpuroom.tui import config as cfg  # noqa: E402
 from gpuroom.tui.cli.main import main  # noqa: E402
+from gpuroom.tui.fleet.intent import MIRROR_ENV  # noqa: E402
 from gpuroom.tui.fleet.live import Fleet  # noqa: E402
-from gpuroom.tui.fleet.mirror import MIRROR_ENV, MirrorOutcome, mirror_dir  # noqa: E402
+from gpuroom.tui.fleet.mirror import MirrorOutcome, mirror_dir  # noqa: E402
 from gpuroom.tui.present.jobs import job_rows  # noqa: E402
 
 pytestmark = pytest.mark.sshd
@@ -129,18 +130,10 @@ async def test_new_checkpoints_come_home_verified_and_the_newest_k_stay(
         await fleet.close()
 
 
-async def _add(fleet: Fleet, argv: list[str], *opts: str) -> str:
-    """Add a job on the box through a link of the fleet's config (as `queue add` does)."""
-    from gpuroom.tui.transport.link import HostLink
-
-    config = fleet.config
-    link = HostLink(config.hosts["box"], ssh_config=config.ssh_config_path())
-    try:
-        result = await link.helper("queue", "add", *opts, "--", *argv, timeout_s=60.0)
-    finally:
-        await link.close()
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return str(doc["job"])
+async def _add(fleet: Fleet, argv: list[str]) -> str:
+    """Add a job on the box from this jump host (as the room's `a` does): only a job added
+    from here, and so recorded here, is mirrored (tui/fleet/intent.py)."""
+    return await fleet.queue_add("box", argv)
 
 
 @pytest.mark.attack("faults", "the box vanishes mid-pull: no half checkpoint counted home")

@@ -22,6 +22,8 @@ import tomllib
 
 torch = pytest.importorskip("torch")
 
+from harness.lyinghelper import lie, lying_python  # noqa: E402
+
 from gpuroom.tui.cli.main import main  # noqa: E402
 
 pytestmark = pytest.mark.sshd
@@ -350,14 +352,17 @@ def test_a_failover_job_whose_box_came_back_wiped_resumes_on_the_target_not_from
     from gpuroom.tui.fleet.live import Fleet
     from gpuroom.tui.fleet.mirror import MirrorOutcome, MirrorState
     from gpuroom.tui.fleet.move import Lineage
+    from gpuroom.tui.model import LinkState
 
     home = sshd_box.home
-    # The runner on boxa records its attempts under another boot id than the box reports:
-    # as after a reboot (GEN6), which a test cannot do to the machine it runs on.
-    wrapper = home / "python-boxa"
-    wrapper.write_text('#!/bin/sh\nGPUROOM_BOOT_ID=0ldb00t-before-the-wipe exec python3 "$@"\n')
-    wrapper.chmod(0o755)
+    # A reboot (GEN6), which a test cannot do to the machine it runs on: the runner records
+    # its attempts under the old boot id, and boxa's helper reports that boot until the box
+    # is lost, then a new boot with a short uptime (tests/harness/lyinghelper.py).
+    lies = home / "wa" / "host-facts.json"
+    wrapper = lying_python(home / "python-boxa", lies,
+                           {"GPUROOM_BOOT_ID": "0ldb00t-before-the-wipe"})
     _own(sshd_box, wrapper)
+    lie(lies, boot_id="0ldb00t-before-the-wipe")
     doc = tomllib.loads(two_hosts.read_text())
     doc["hosts"]["boxa"] = {**doc["hosts"].pop("box"), "ssh": "boxa", "python": str(wrapper)}
     two_hosts.write_bytes(tomli_w.dumps(doc).encode())
@@ -376,8 +381,14 @@ def test_a_failover_job_whose_box_came_back_wiped_resumes_on_the_target_not_from
             assert fleet.mirror is not None
             await fleet.mirror.idle()
             assert [(o.status, o.step) for o in heard] == [("home", 30)], heard
+            # boxa is lost for a poll and comes back under a new boot: the fleet saw it gone.
+            sshd_box.write_ssh_config({"boxa": {"Port": "1"}, "boxb": {}})
+            await fleet.link("boxa").close()  # its connection lost with the box
+            assert (await fleet.poll_host("boxa")).state is not LinkState.UP
+            lie(lies, boot_id="n3wb00t-after-the-wipe", uptime_s=0.01)
+            sshd_box.write_ssh_config({"boxa": {}, "boxb": {}})
             # While the checkpoint dir holds what came home, another boot alone moves nothing.
-            await fleet.poll_host("boxa")
+            assert (await fleet.poll_host("boxa")).state is LinkState.UP
             assert [o.status for o in heard] == ["home"], heard
             # The box is back wiped: its checkpoint dir is gone.
             shutil.rmtree(ckpt_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -23,8 +24,14 @@ from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
+from gpuroom.tui.fleet.intent import (
+    Intent,
+    accept_moves_fix,
+    check_job_id,
+    move_target_refusal,
+)
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.mirror import FAILOVER_ENV, MIRROR_ENV, MirrorState
+from gpuroom.tui.fleet.mirror import MirrorState
 from gpuroom.tui.fleet.move import Lineage
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobdetail import detail_lines
@@ -170,16 +177,21 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     return Fleet(config), queue_backend(hosts[args.host].profile)
 
 
-def failover_targets(args: argparse.Namespace, fleet: Fleet) -> str:
-    """--failover's hosts, each one of hosts.toml's and not the job's own host."""
+def failover_targets(args: argparse.Namespace) -> tuple[str, ...]:
+    """--failover's hosts, each one of hosts.toml's, not the job's own host, and one that may
+    receive a moved job (this machine only with accept_moves = true)."""
     names = [n.strip() for n in str(args.failover).split(",") if n.strip()]
-    known = {h.name for h in fleet.hosts()}
-    bad = [n for n in names if n not in known or n == args.host]
+    hosts = {h.name: h for h in load_config(args).effective_hosts()}
+    bad = [n for n in names if n not in hosts or n == args.host]
     if not names or bad:
         raise cfg.ConfigError(f"--failover {args.failover}: not another host of hosts.toml: "
                               f"{', '.join(bad) or 'none given'}",
-                              f"name other hosts (have: {', '.join(sorted(known))})")
-    return ",".join(names)
+                              f"name other hosts (have: {', '.join(sorted(hosts))})")
+    for name in names:
+        why = move_target_refusal(hosts[name])
+        if why is not None:
+            raise cfg.ConfigError(f"--failover {args.failover}: {why}", accept_moves_fix(name))
+    return tuple(names)
 
 
 def _host(args: argparse.Namespace) -> cfg.HostConfig | None:
@@ -304,6 +316,11 @@ class EnvError(GpuroomError):
 
 def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
     """``--env K=V`` items as the helper's options and stdin (link.env_on_stdin)."""
+    return link_env_on_stdin(parse_env(items))
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    """``--env K=V`` items as a dict, or EnvError naming the bad one by its place."""
     env: dict[str, str] = {}
     for n, item in enumerate(items, 1):
         key, sep, value = item.partition("=")
@@ -312,7 +329,7 @@ def env_on_stdin(items: list[str]) -> tuple[list[str], bytes | None]:
             raise EnvError(f"--env number {n} is not KEY=VALUE (no '=' or no name)",
                            "write --env NAME=value (a credential: gpuroom secret push)")
         env[key] = value
-    return link_env_on_stdin(env)
+    return env
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -342,10 +359,16 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value:  # "--opt=value": a value starting with "-" stays a value on the box
                     opts.append(f"--{flag.replace('_', '-')}={value}")
-            flags = [f"{MIRROR_ENV}=1"] if args.mirror or args.failover else []
-            if args.failover:  # the job carries the wish (tui/fleet/mirror.py, fleet/live.py)
-                flags.append(f"{FAILOVER_ENV}={failover_targets(args, fleet)}")
-            env_opts, env_stdin = env_on_stdin([*args.env, *flags])
+            # What the user asked, recorded here once the box answers (tui/fleet/intent.py):
+            # what the mirror, a move and a failover act on; the box's copy is only shown.
+            intent = Intent(host=args.host, job="", argv=tuple(argv), added_at=time.time(),
+                            cwd=args.cwd, env=parse_env(args.env), name=args.name,
+                            gpus=args.gpus, vram_mib=args.vram_mib, retries=args.retries,
+                            retry_on_exit=args.retry_on_exit, outputs=tuple(args.output),
+                            durable_dir=args.durable_dir, priority=args.priority,
+                            mirror=bool(args.mirror),
+                            failover=failover_targets(args) if args.failover else ())
+            env_opts, env_stdin = link_env_on_stdin(intent.box_env())
             opts += env_opts
             opts += [f"--secret={item}" for item in args.secret]
             opts += [f"--output={item}" for item in args.output]
@@ -369,6 +392,9 @@ async def _run(args: argparse.Namespace) -> int:
                 opts.append(f"--spot={host.spot}")
             doc = _json_or_fail(args.host, "add", await link.helper(
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
+            if doc.get("ok"):
+                MirrorState().intents.record(dataclasses.replace(
+                    intent, job=check_job_id(args.host, doc.get("job"))))
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             if doc.get("info") and not args.json:

@@ -19,8 +19,8 @@ from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.queue_events import LIVE_STATES
 from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.intent import Intent, check_job_id, move_target_refusal
 from gpuroom.tui.fleet.mirror import (
-    FAILOVER_ENV,
     LIST_DEADLINE_S,
     Mirror,
     MirrorOutcome,
@@ -31,7 +31,7 @@ from gpuroom.tui.fleet.move import Lineage, lineage_text, move_job
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
-from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.model import HeldFailover, HostState, LinkState
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.rules.drift import tree_paths_to_read
 from gpuroom.tui.rules.money import dead_runner_queues
@@ -167,6 +167,16 @@ class Fleet(PendingLedger):
         # poll would start a pull it then cancels.
         self.mirror = Mirror(self._hosts, self._links, config.settings,
                              on_outcome=self._mirrored, clock=clock) if mirror else None
+        # What the user added from here (tui/fleet/intent.py): what mirror, move and failover
+        # may act on, and the command they carry.
+        self.intents = (self.mirror.state if self.mirror is not None else MirrorState()).intents
+        # A reboot this process saw for itself, the evidence "came back wiped" needs beyond
+        # the box's word: host -> (boot id, clock of the last good poll under it); the hosts
+        # whose polls failed since their last good one; host -> the boot it was seen come
+        # back into after such an outage, its uptime shorter than the outage.
+        self._boots: dict[str, tuple[str, float]] = {}
+        self._unreachable: set[str] = set()
+        self._witnessed_boot: dict[str, str] = {}
 
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
@@ -238,6 +248,8 @@ class Fleet(PendingLedger):
             try:
                 snapshot = await link.poll(self.request_for(name))
             except LinkError as exc:
+                if name in self._boots:
+                    self._unreachable.add(name)
                 self._failures[name] += 1
                 state.polls_failed += 1
                 # Its text may quote the box (stderr, a disconnect reason): made inert once here.
@@ -256,6 +268,7 @@ class Fleet(PendingLedger):
                 state.last_ok = state.last_try
                 view = state.view  # parsed here, once; the panes read the same view
                 assert view is not None
+                self._note_boot(name, view, state.last_try)
                 self._advance_cursors(name, view)
                 self.retire_confirmed(state)
                 # The user's tree, read (git, off the loop) only while the U42 rule has a
@@ -282,6 +295,22 @@ class Fleet(PendingLedger):
         if self.recorder is not None:
             self.recorder.write(state)
         return state
+
+    def _note_boot(self, name: str, view: SnapshotView, now: float) -> None:
+        """Remember ``name``'s boot, and whether this process saw it come back into a new
+        one: polls failed in between and the new boot's uptime is shorter than the time since
+        the last good poll under the old one. A box can forge its boot id and uptime, not
+        the failed polls this process saw."""
+        boot, uptime = view.host.boot_id, view.host.uptime_s
+        outage = name in self._unreachable
+        self._unreachable.discard(name)
+        if not boot:
+            return
+        before = self._boots.get(name)
+        if before is not None and before[0] != boot and outage and uptime is not None \
+                and 0 <= uptime < now - before[1]:
+            self._witnessed_boot[name] = boot
+        self._boots[name] = (boot, now)
 
     def _lineage(self) -> Lineage:
         return Lineage(self.mirror.state if self.mirror is not None else MirrorState())
@@ -328,8 +357,9 @@ class Fleet(PendingLedger):
         if state.last_ok is None or state.view is None or now - state.last_ok < wait:
             return
         moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
+        intents = self.intents.host(name)
         for job in state.view.jobs:
-            targets = self._failover_targets(name, job)
+            targets = self._failover_targets(name, intents.get(job.id))
             tried = self._failover_tries.get((name, job.id))
             if not targets or job.state not in LIVE_STATES or job.id in moved or (
                     tried is not None and now - tried < wait):
@@ -345,14 +375,20 @@ class Fleet(PendingLedger):
         rebooted or was replaced, GEN6) and whose checkpoint dir no longer holds the step the
         mirror brought home: the box came back wiped, and a restart there would begin from
         scratch; it resumes on a failover target from the mirrored checkpoint instead.
-        The box is asked once per job, boot and newest checkpoint file the poll shows."""
+        The box is asked once per job, boot and newest checkpoint file the poll shows.
+        Only a reboot this process saw (_note_boot) moves a job: on the box's word alone (its
+        boot id, its listing) the doctor warns instead (HostState.held)."""
         assert self.mirror is not None
         boot = view.host.boot_id
         homes = self.mirror.homes(name)
         moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
+        intents = self.intents.host(name)
+        state = self._states[name]
+        live = {j.id for j in view.jobs if j.state in LIVE_STATES}
+        state.held = [h for h in state.held if h.job in live and h.boot == boot]
         for job in view.jobs:
             home = homes.get(job.id)
-            targets = self._failover_targets(name, job)
+            targets = self._failover_targets(name, intents.get(job.id))
             ckpt = job.checkpoint
             seen = (boot or "", ckpt.path if ckpt else None, ckpt.mtime if ckpt else None)
             if (boot is None or home is None or not targets or not job.ckpt_dir
@@ -368,16 +404,24 @@ class Fleet(PendingLedger):
                 del self._wipe_checked[(name, job.id)]  # asked again at the next poll
                 continue
             found = committed(doc["files"])
+            state.held = [h for h in state.held if h.job != job.id]
             if found and found[-1][0] >= home.step:
                 continue  # the box kept its checkpoints: its runner resumes from them
+            if self._witnessed_boot.get(name) != boot:
+                state.held.append(HeldFailover(job.id, home.step, boot, self.clock()))
+                continue
             why = (f"{name} came back wiped (a new boot, and ckpt step {home.step} is gone "
                    "from its checkpoint dir)")
             await self._move_away(name, job.id, targets, why, f"the copy on {name} is killed",
                                   why=why)
 
-    def _failover_targets(self, name: str, job: JobView) -> list[str]:
-        return [t for t in job.env.get(FAILOVER_ENV, "").split(",")
-                if t in self._links and t != name]
+    def _failover_targets(self, name: str, intent: Intent | None) -> list[str]:
+        """The hosts `queue add --failover` named for the job on this jump host (none for a
+        job the box merely reports), less any that may not receive a job."""
+        if intent is None:
+            return []
+        return [t for t in intent.failover if t in self._hosts and t != name
+                and move_target_refusal(self._hosts[t]) is None]
 
     async def _move_away(self, name: str, job: str, targets: list[str], cause: str,
                          after: str, *, down_s: float | None = None,
@@ -505,7 +549,10 @@ class Fleet(PendingLedger):
             doc = None
         if not isinstance(doc, dict):
             raise LinkError(host, "queue add answered something that is not its JSON")
-        return str(doc.get("job"))
+        job = check_job_id(host, doc.get("job"))
+        self.intents.record(Intent(host=host, job=job, argv=tuple(argv), added_at=self.clock(),
+                                   cwd=cwd, name=name, gpus=gpus, retries=retries))
+        return job
 
     async def queue_kill(self, host: str, job_id: str) -> None:
         await self._queue_call(host, "kill", "--", job_id, timeout_s=120.0)

@@ -29,6 +29,7 @@ from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.checkpoint import checkpoint_step
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.intent import INTENTS_FILE, Intent, IntentBook
 from gpuroom.tui.fleet.outputs import pull_root
 from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
@@ -38,12 +39,6 @@ from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import pull, safe_local_path, take_manifest
 
-# `gpuroom queue add --mirror` marks the job through its environment, which the queue keeps
-# with the job and the probe reports: a job the user asked to mirror is mirrored on any host.
-MIRROR_ENV = "GPUROOM_MIRROR"
-# `queue add --failover B,C`: where the fleet moves the job when its host stays DOWN
-# (tui/fleet/live.py _failover); it implies the mirror.
-FAILOVER_ENV = "GPUROOM_FAILOVER"
 LIST_DEADLINE_S = 30.0
 
 log = logging.getLogger(__name__)
@@ -63,11 +58,15 @@ def mirror_default(host: HostConfig) -> bool:
         return False  # the doctor reports a broken profile; no mirror is the quiet side
 
 
-def wants_mirror(host: HostConfig, job: Job, default: bool | None = None) -> bool:
-    """``default``: ``mirror_default(host)`` when the caller has it already."""
-    if not job.ckpt_dir:
+def wants_mirror(host: HostConfig, job: Job, intent: Intent | None,
+                 default: bool | None = None) -> bool:
+    """Whether ``job`` is mirrored: only a job added from this jump host (``intent``, its
+    record), when `queue add --mirror`/`--failover` asked or the host mirrors by default;
+    what the box says of the job's env is never asked. ``default``: ``mirror_default(host)``
+    when the caller has it already."""
+    if intent is None or not job.ckpt_dir:
         return False
-    if job.env.get(MIRROR_ENV) == "1":
+    if intent.wants_mirror:
         return True
     return mirror_default(host) if default is None else default
 
@@ -122,21 +121,9 @@ class MirrorState:
         # pull()'s own records of the mirror's pulls: apart from pulls.json, where a record
         # of one checkpoint would replace a full `gpuroom pull` of the job (the gate's view)
         self.pulls = self.path.with_name("mirror-pulls.json")
-        # Each mirrored job's command as `queue show` gave it (env values too, so mode 0600):
-        # what `queue move` re-adds elsewhere when the box itself cannot be reached.
-        self.jobs = self.path.with_name("mirror-jobs.json")
-
-    def spec(self, host: str, job: str) -> QueueSpec | None:
-        doc = read_state(self.jobs, "mirror")
-        raw = doc.get(f"{host}/{job}") if isinstance(doc, dict) else None
-        spec = read_queue_spec(raw)
-        return spec if spec.jobs and spec.jobs[0].id == job and spec.jobs[0].argv else None
-
-    def put_spec(self, host: str, spec: QueueSpec) -> None:
-        doc = read_state(self.jobs, "mirror")
-        doc = dict(doc) if isinstance(doc, dict) else {}  # a copy: the read one is shared
-        doc[f"{host}/{spec.jobs[0].id}"] = asdict(spec)
-        _write_private(self.jobs, doc)
+        # What the user asked for at add (tui/fleet/intent.py): the jobs mirrored and moved,
+        # and the command `queue move` re-adds, never the box's word.
+        self.intents = IntentBook(self.path.with_name(INTENTS_FILE))
 
     def load(self) -> dict[tuple[str, str], MirrorHome]:
         doc = read_state(self.path, "mirror")
@@ -251,8 +238,6 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
     A LinkError propagates (the host is gone; the next poll says so); the .part stays for
     the resume."""
     # defer_above=0: a listing, not a hashing; the pull asks the box for the one digest.
-    if state.spec(host.name, job) is None:  # once per job: its command, for `queue move`
-        state.put_spec(host.name, await read_spec(link, job))
     doc = await take_manifest(link, ckpt_dir, defer_above=0, deadline_s=LIST_DEADLINE_S)
     found = committed(doc["files"])
     if not found:
@@ -315,8 +300,9 @@ class Mirror:
         task = self._tasks.get(name)
         if host is None or (task is not None and not task.done()):
             return
+        intents = self.state.intents.host(name)
         for job in view.jobs:
-            if not wants_mirror(host, job, self._defaults.get(name)):
+            if not wants_mirror(host, job, intents.get(job.id), self._defaults.get(name)):
                 continue
             try:
                 mirror_dir(host, job.id)

@@ -1,6 +1,12 @@
 """`gpuroom queue move HOST JOB --to HOST2` (issue 21 item 2): the job goes on on another box.
 
-In order: read the job (argv, env, cwd, GPUs) from HOST; kill it there and wait for it to end
+Only a job added from this jump host moves, and its command (argv, env, cwd, GPUs) is the
+one recorded when it was added (tui/fleet/intent.py), never the box's answer: a job any
+process on HOST added itself, or whose queue files were rewritten, cannot carry its command
+to HOST2 or to this machine. A ``local`` host receives no moved job unless hosts.toml says
+``accept_moves = true`` for it.
+
+In order: check the job's record and HOST2; kill the job on HOST and wait for it to end
 (its last SIGTERM save is then on disk); bring its newest committed checkpoint home through
 the mirror (tui/fleet/mirror.py, the verified pull); on HOST2, pause the queue so nothing
 starts early, add the identical command (paths under HOST's ``workdir`` mapped to HOST2's),
@@ -8,12 +14,11 @@ push the checkpoint into the new job's checkpoint dir (tui/transport/push.py, sh
 on arrival), resume the queue. The lineage (A/j7 -> B/j3) is recorded in ``moves.json``
 beside mirror.json and shown in both queues.
 
-Where HOST cannot be reached, the move goes on from what the mirror kept: the job's command
-(`queue show`'s answer, saved at its first mirror cycle) and its newest verified checkpoint;
+Where HOST cannot be reached, the move goes on from the job's record and the newest
+checkpoint the mirror verified;
 the move is recorded with a fence, and the fleet (room, `gpuroom watch`) kills HOST's copy at
 its first good poll, before any dead runner there is restarted (tui/fleet/live.py _fence).
-A job the mirror never saw cannot be moved from an unreachable host: its command exists only
-on that box, and the move says so.
+The new job is recorded with the same intent (paths mapped), naming the job it continues.
 """
 
 from __future__ import annotations
@@ -32,8 +37,15 @@ from pathlib import Path
 from gpuroom.remote.queue_events import LIVE_STATES, ckpt_dir_of
 from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.intent import (
+    Intent,
+    accept_moves_fix,
+    check_job_id,
+    move_target_refusal,
+)
 from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec, read_state
 from gpuroom.tui.model import MirrorHome, Move
+from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import JobSpec, load_answer
 from gpuroom.tui.transport.link import HostLink, LinkError, env_on_stdin
 from gpuroom.tui.transport.push import push_file
@@ -143,28 +155,63 @@ async def _ended(link: HostLink, job: str, deadline_s: float) -> JobSpec:
         await asyncio.sleep(POLL_S)
 
 
-def add_argv(spec: JobSpec, src: HostConfig, dst: HostConfig) -> tuple[list[str], bytes | None]:
-    """`queue add`'s options and argv for the identical job on ``dst``, and its stdin: the
-    env values travel there, never on the box's command line (U34)."""
+def moved_intent(intent: Intent, src: HostConfig, dst: HostConfig) -> Intent:
+    """``intent`` as it is re-added on ``dst``: paths under ``src``'s workdir mapped to
+    ``dst``'s, and the job it continues named (its new id is set once ``dst`` answers)."""
     def mapped(value: str) -> str:
         return map_path(value, src.workdir, dst.workdir)
 
-    opts = [f"--name={spec.name}"] if spec.name else []
-    if spec.cwd:
-        opts.append(f"--cwd={mapped(spec.cwd)}")
-    env_opts, stdin = env_on_stdin({k: mapped(v) for k, v in spec.env.items()})
+    return dataclasses.replace(
+        intent, host=dst.name, job="", argv=tuple(mapped(a) for a in intent.argv),
+        cwd=mapped(intent.cwd) if intent.cwd else intent.cwd,
+        env={k: mapped(v) for k, v in intent.env.items()},
+        durable_dir=mapped(intent.durable_dir) if intent.durable_dir else intent.durable_dir,
+        moved_from=f"{src.name}/{intent.job}")
+
+
+def add_argv(intent: Intent, src: HostConfig, dst: HostConfig) -> tuple[list[str], bytes | None]:
+    """`queue add`'s options and argv for the identical job on ``dst``, and its stdin: the
+    env values travel there, never on the box's command line (U34)."""
+    new = moved_intent(intent, src, dst)
+    opts = [f"--name={new.name}"] if new.name else []
+    if new.cwd:
+        opts.append(f"--cwd={new.cwd}")
+    env_opts, stdin = env_on_stdin(new.box_env())
     opts += env_opts
-    if spec.gpus is not None:
-        opts += ["--gpus", str(spec.gpus)]
-    if spec.vram_mib is not None:
-        opts += ["--vram-mib", str(spec.vram_mib)]
-    opts += ["--retries", str(spec.retries or 0)]
-    if spec.retry_on_exit:
+    if new.gpus is not None:
+        opts += ["--gpus", str(new.gpus)]
+    if new.vram_mib is not None:
+        opts += ["--vram-mib", str(new.vram_mib)]
+    opts += ["--retries", str(new.retries or 0)]
+    if new.retry_on_exit:
         opts.append("--retry-on-exit")
-    opts += [f"--output={o}" for o in spec.outputs]
-    if spec.durable_dir:
-        opts.append(f"--durable-dir={mapped(spec.durable_dir)}")
-    return [*opts, "--", *(mapped(a) for a in spec.argv)], stdin
+    if new.priority is not None:
+        opts += ["--priority", str(new.priority)]
+    opts += [f"--output={o}" for o in new.outputs]
+    if new.durable_dir:
+        opts.append(f"--durable-dir={new.durable_dir}")
+    return [*opts, "--", *new.argv], stdin
+
+
+def check_target(dst: HostConfig) -> None:
+    """Refuse ``dst`` as a move's or failover's destination where hosts.toml does not let it
+    receive one (this machine, unless accept_moves = true)."""
+    why = move_target_refusal(dst)
+    if why is not None:
+        raise MoveError(f"{why}: not moved", accept_moves_fix(dst.name))
+
+
+def unrecorded(src: HostConfig, dst: HostConfig, job: str,
+               unreachable: LinkError | None = None) -> MoveError:
+    """The refusal of a job with no record of its add on this jump host."""
+    shown = sanitize_line(job)
+    where = (f"{src.name} cannot be reached ({unreachable}): " if unreachable is not None
+             else "")
+    return MoveError(f"{where}{src.name}/{shown} was not added from this jump host, so its "
+                     "command is only on that box and it is not moved (a job a box reports is "
+                     "shown, never moved)",
+                     f"read its command with gpuroom queue show {src.name} {shown}, then add "
+                     f"it yourself: gpuroom queue add {dst.name} -- CMD ARGS...")
 
 
 async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
@@ -177,24 +224,29 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
     auto = down_s is not None or why is not None
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
+    check_target(dst)
+    intent = state.intents.get(src.name, job)
+    if intent is None:
+        try:  # only to say why when the box is gone; nothing is asked of it but a read
+            await read_spec(src_link, job)
+        except LinkError as exc:
+            raise unrecorded(src, dst, job, exc) from exc
+        except GpuroomError:
+            pass
+        raise unrecorded(src, dst, job)
     # The new host first: a job is never killed for a move that cannot land.
     await _ask(dst_link, "ls", check=False)
     try:
         spec = (await read_spec(src_link, job)).jobs[0]
     except LinkError as exc:
-        # The box is gone (or its link): what the mirror kept is the job's command and its
-        # newest verified checkpoint. The old copy is fenced when the host answers again.
-        cached = state.spec(src.name, job)
+        # The box is gone (or its link): the job's record and the newest checkpoint the
+        # mirror verified are enough. The old copy is fenced when the host answers again.
         home = state.host(src.name).get(job)
-        if cached is None:
-            where = f"; its newest checkpoint home is {home.local_path}" if home else ""
-            raise MoveError(f"{src.name} cannot be reached ({exc}): {job}'s command is only "
-                            f"on that box{where}", f"move it when {src.name} answers") from exc
-        say(f"{src.name} cannot be reached ({exc}): moving {job} from what the mirror kept"
+        say(f"{src.name} cannot be reached ({exc}): moving {job} from its record"
             + (f" (ckpt step {home.step})" if home else " (no checkpoint)")
             + f"; its copy there is killed when {src.name} answers again")
         _check_home(home)
-        new_job = await _add_paused(dst_link, cached.jobs[0], src, home, say=say)
+        new_job = await _add_paused(dst_link, intent, src, home, state=state, say=say)
         move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
                     fence=True, auto=auto, down_s=down_s, why=why)
         Lineage(state).add(move)
@@ -206,7 +258,7 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
         spec = await _ended(src_link, job, KILL_WAIT_S)
         fenced_at = time.time()
     home = await _bring_home(src_link, spec, settings=settings, state=state, say=say)
-    new_job = await _add_paused(dst_link, spec, src, home, say=say)
+    new_job = await _add_paused(dst_link, intent, src, home, state=state, say=say)
     move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
                 auto=auto, down_s=down_s, why=why, fenced_at=fenced_at)
     Lineage(state).add(move)
@@ -234,10 +286,11 @@ def _check_home(home: MirrorHome | None) -> None:
                         "move again after the job's checkpoint is pulled home")
 
 
-async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
-                      home: MirrorHome | None, *, say: Callable[[str], None]) -> str:
-    """Add the job on ``link``'s host with its queue paused, place the checkpoint in the
-    new job's dir, then resume (unless the queue was paused before)."""
+async def _add_paused(link: HostLink, intent: Intent, src: HostConfig,
+                      home: MirrorHome | None, *, state: MirrorState,
+                      say: Callable[[str], None]) -> str:
+    """Add the recorded job on ``link``'s host with its queue paused, record it there, place
+    the checkpoint in the new job's dir, then resume (unless the queue was paused before)."""
     dst = link.host
     before = await _ask(link, "ls", check=False)  # an empty queue's answer has no "ok"
     config = before.get("config")
@@ -246,10 +299,10 @@ async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
         await _ask(link, "pause")
     new_job = ""
     try:
-        argv, stdin = add_argv(spec, src, dst)
+        argv, stdin = add_argv(intent, src, dst)
         added = await _ask(link, "add", *argv, stdin=stdin)
-        new_job = str(added.get("job"))
-        say(f"{dst.name}: added {new_job} ({src.name}/{spec.id}'s command)")
+        new_job = check_job_id(dst.name, added.get("job"))
+        say(f"{dst.name}: added {new_job} ({src.name}/{intent.job}'s command)")
         if home is not None:
             where = await read_spec(link, new_job)
             root = posixpath.dirname(posixpath.dirname(where.dir or ""))
@@ -258,6 +311,9 @@ async def _add_paused(link: HostLink, spec: JobSpec, src: HostConfig,
             await push_file(link, Path(home.local_path), ckpt_dir, home.file, home.sha256)
             say(f"{dst.name}/{new_job}: ckpt step {home.step} in {ckpt_dir}, sha256 checked "
                 "on arrival")
+        # Its record before it can start: a failover of the new job takes its command here.
+        state.intents.record(dataclasses.replace(moved_intent(intent, src, dst), job=new_job,
+                                                 added_at=time.time()))
     except BaseException:
         # A job without its checkpoint would start from step 0: it goes, and the queue's
         # other jobs must not stay held by a failed move.

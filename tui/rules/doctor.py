@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
-from gpuroom.tui.model import HostState, LinkState, Move
+from gpuroom.tui.model import HeldFailover, HostState, LinkState, Move
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
@@ -35,7 +35,7 @@ from gpuroom.tui.rules.money import (
     log_findings,
     reboot_findings,
 )
-from gpuroom.tui.rules.moves import move_findings
+from gpuroom.tui.rules.moves import held_findings, move_findings
 from gpuroom.tui.rules.plausible import clock_findings
 from gpuroom.tui.rules.stall import job_gpus, stall_findings
 from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
@@ -772,7 +772,8 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              mtbf_s: float | None = None,
              cpu_training_after_s: float | None = None,
              local: LocalCode | None = None,
-             moves: Sequence[Move] = ()) -> list[Finding]:
+             moves: Sequence[Move] = (),
+             held: Sequence[HeldFailover] = ()) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
@@ -781,7 +782,8 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     (hosts.toml mtbf_hours) overrides the profile's for the checkpoint cadence. ``local`` is
     the host's ``code`` tree as the fleet read it: running jobs launched from other code are U42.
     ``moves`` (HostState.moved) are the fleet's moves from or to it, each failover said
-    (rules/moves.py).
+    (rules/moves.py); ``held`` (HostState.held) the failovers it did not make on the box's
+    word alone.
 
     When the link is not UP only GEN8 is said: an old snapshot is not evidence of anything.
     """
@@ -813,7 +815,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     if local is not None:
         out += tree_drift_findings(host, snap, local)
     out += clock_findings(host, snap, now)
-    out += move_findings(host, moves, now)
+    out += move_findings(host, moves, now) + held_findings(host, held)
     return sort_findings(out)
 
 
@@ -851,7 +853,7 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                         mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
                         local=s.local_code,
-                        moves=s.moved)
+                        moves=s.moved, held=s.held)
     return sort_findings(out)
 
 

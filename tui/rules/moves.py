@@ -5,13 +5,14 @@ the model holds them (HostState.moved). Pure: no I/O, time comes in as ``now``.
 A failover acts on a host that did not answer, which alone is no proof the run died (GEN8):
 so the finding says why the fleet moved it and whether the old copy has been fenced yet
 (killed by its runner once the host answered), since until then it may run, and bill, twice.
+A failover the fleet held back, because only the box said it came back wiped, is a warning.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpuroom.tui.model import Move
+from gpuroom.tui.model import HeldFailover, Move
 from gpuroom.tui.present.format import fmt_duration, fmt_hhmm, fmt_text, fmt_utc
 from gpuroom.tui.rules.finding import Finding
 
@@ -53,3 +54,16 @@ def move_findings(host: str, moves: Iterable[Move], now: float) -> list[Finding]
             f"failover at {fmt_utc(m.at)}: {dst} resumes from {step}",
             PENDING_FIX if m.fence else FENCED_FIX))
     return out
+
+
+def held_findings(host: str, held: Iterable[HeldFailover]) -> list[Finding]:
+    """One warning per failover not made: the box reports a new boot and an empty checkpoint
+    dir, which any job on it can forge, and this jump host saw no outage to back it."""
+    return [Finding(
+        "GEN6", "warn", host,
+        f"{fmt_text(h.job)}: {host} reports a new boot and ckpt step {h.step} gone from its "
+        "checkpoint dir, but this jump host saw it answer throughout: not failed over",
+        f"boot id {fmt_text(h.boot)} (the box's word); ckpt step {h.step} is mirrored home",
+        f"look at the box (gpuroom queue show {host} {fmt_text(h.job)}); if it really lost "
+        f"its disk, move the job yourself: gpuroom queue move {host} {fmt_text(h.job)} --to "
+        "HOST2") for h in held]

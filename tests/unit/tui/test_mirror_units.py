@@ -3,14 +3,15 @@ checkpoints, what stays home, how the queue pane says it, and the hosts.toml key
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.config import HostConfig
+from gpuroom.tui.fleet.intent import MIRROR_ENV, Intent
 from gpuroom.tui.fleet.mirror import (
-    MIRROR_ENV,
     MirrorState,
     committed,
     mirror_default,
@@ -43,14 +44,26 @@ def test_spot_profiles_mirror_by_default_a_host_setting_wins() -> None:
     assert mirror_default(HostConfig(name="a", ssh="a", profile="no-such-profile")) is False
 
 
-def test_a_job_asks_for_the_mirror_through_its_env() -> None:
+def _intent(job: str, *, mirror: bool = False, failover: tuple[str, ...] = ()) -> Intent:
+    return Intent(host="a", job=job, argv=("python3",), added_at=NOW, mirror=mirror,
+                  failover=failover)
+
+
+def test_a_job_asks_for_the_mirror_through_its_record_on_the_jump_host() -> None:
     plain = HostConfig(name="a", ssh="a")
     asked = Job.read({"id": "default/j1", "ckpt_dir": "/c", "env": {MIRROR_ENV: "1"}})
     not_asked = Job.read({"id": "default/j2", "ckpt_dir": "/c", "env": {}})
     no_dir = Job.read({"id": "default/j3", "env": {MIRROR_ENV: "1"}})
-    assert wants_mirror(plain, asked) and not wants_mirror(plain, not_asked)
-    assert not wants_mirror(plain, no_dir)
-    assert wants_mirror(HostConfig(name="a", ssh="a", mirror=True), not_asked)
+    assert wants_mirror(plain, asked, _intent("default/j1", mirror=True))
+    assert wants_mirror(plain, not_asked, _intent("default/j2", failover=("b",)))
+    assert not wants_mirror(plain, not_asked, _intent("default/j2"))
+    assert not wants_mirror(plain, no_dir, _intent("default/j3", mirror=True))
+    assert wants_mirror(HostConfig(name="a", ssh="a", mirror=True), not_asked,
+                        _intent("default/j2"))
+    # The box's word alone (its env says GPUROOM_MIRROR=1) is no record of the user's wish,
+    # on any host: a job the box merely reports is never mirrored.
+    assert not wants_mirror(plain, asked, None)
+    assert not wants_mirror(HostConfig(name="a", ssh="a", mirror=True), not_asked, None)
 
 
 def test_only_committed_checkpoints_at_the_top_of_the_dir_count() -> None:
@@ -152,10 +165,16 @@ async def test_a_job_id_that_would_land_outside_the_mirror_dir_is_refused(
             mirror_dir(host, bad)
         assert "box" in err.value.message and "\x00" not in err.value.message
     heard: list[MirrorOutcome] = []
-    mirror = Mirror({"box": host}, {}, Settings(), state=MirrorState(tmp_path / "m.json"),
-                    on_outcome=heard.append)
+    state = MirrorState(tmp_path / "m.json")
+    # A record of that id (the jump host's own `queue add` refuses such an id; an intents.json
+    # written by hand or by an older gpuroom may hold one): the mirror's own guard still holds.
+    forged = "../../../../tmp/x"
+    state.intents.path.write_text(json.dumps({"version": 1, "jobs": [
+        Intent(host="box", job=forged, argv=("python3",), added_at=NOW, mirror=True).to_json()]}))
+    assert state.intents.get("box", forged) is not None
+    mirror = Mirror({"box": host}, {}, Settings(), state=state, on_outcome=heard.append)
     view = read_snapshot({"queue": {"jobs": [{
-        "id": "../../../../tmp/x", "state": "running", "ckpt_dir": "/c",
+        "id": forged, "state": "running", "ckpt_dir": "/c",
         "checkpoint": {"path": "/c/ckpt-000000000001.pt", "mtime": 1.0, "size": 1}}]}})
     mirror.observe("box", view)
     mirror.observe("box", view)

@@ -10,12 +10,12 @@ import pytest
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.config import HostConfig
+from gpuroom.tui.fleet.intent import Intent
 from gpuroom.tui.fleet.mirror import MirrorState
 from gpuroom.tui.fleet.move import Lineage, Move, add_argv, map_path
 from gpuroom.tui.model import HostState
 from gpuroom.tui.present.detail import job_detail
 from gpuroom.tui.present.jobs import job_rows
-from gpuroom.tui.snapshot import read_queue_spec
 
 
 def test_paths_under_the_old_workdir_map_to_the_new_one_and_nothing_else() -> None:
@@ -27,20 +27,22 @@ def test_paths_under_the_old_workdir_map_to_the_new_one_and_nothing_else() -> No
 
 
 def test_the_moved_job_is_the_identical_command_with_mapped_paths() -> None:
-    spec = read_queue_spec({"queue": "default", "dir": "/r/queues/default", "jobs": [{
-        "id": "j7", "name": "sweep", "argv": ["python3", "/ws/train.py", "--lr", "3e-4"],
-        "cwd": "/ws/run", "env": {"DATA": "/ws/d", "SEED": "7"}, "gpus": 2,
-        "vram_mib": 30000, "retries": 1, "retry_on_exit": True, "outputs": ["*.pt"]}]})
+    # The job as `queue add` recorded it on the jump host (tui/fleet/intent.py).
+    intent = Intent(host="a", job="j7", name="sweep", argv=("python3", "/ws/train.py", "--lr",
+                                                            "3e-4"),
+                    cwd="/ws/run", env={"DATA": "/ws/d", "SEED": "7"}, gpus=2,
+                    vram_mib=30000, retries=1, retry_on_exit=True, outputs=("*.pt",),
+                    added_at=1.0)
     a = HostConfig(name="a", ssh="a", workdir="/ws")
     b = HostConfig(name="b", ssh="b", workdir="/home/u/w")
-    argv, stdin = add_argv(spec.jobs[0], a, b)
+    argv, stdin = add_argv(intent, a, b)
     assert argv == ["--name=sweep", "--cwd=/home/u/w/run", "--env-stdin",
                     "--gpus", "2", "--vram-mib", "30000", "--retries", "1",
                     "--retry-on-exit", "--output=*.pt", "--",
                     "python3", "/home/u/w/train.py", "--lr", "3e-4"]
     # The values go on stdin, never on the box's command line (U34).
     assert stdin is not None and json.loads(stdin) == {"DATA": "/home/u/w/d", "SEED": "7"}
-    same, _ = add_argv(spec.jobs[0], a, HostConfig(name="c", ssh="c"))  # no workdir
+    same, _ = add_argv(intent, a, HostConfig(name="c", ssh="c"))  # no workdir
     assert same[-4:] == ["python3", "/ws/train.py", "--lr", "3e-4"] and "--cwd=/ws/run" in same
 
 
