@@ -36,6 +36,7 @@ from gpuroom.tui.config import (
     ssh_config_aliases,
 )
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.localpath import open_append
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer, snapshot_problems
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
@@ -50,6 +51,13 @@ DEPLOY_TIMEOUT_S = 60.0
 OUTPUT_CAP_BYTES = 8 << 20  # 8 MiB: a probe is tens of KiB; more means something is wrong
 READ_CHUNK = 1 << 16
 MIN_BOX_PYTHON = (3, 8)
+
+# Every interpreter started for the helper (the hash check included) is isolated: -I keeps out
+# the user site (usercustomize), PYTHONPATH, PYTHONHOME and the other PYTHON* variables, and
+# the current directory, so a file planted by anything running as the box's user cannot run
+# inside the helper while its hash still matches. A zipapp run with -I still has the archive
+# as sys.path[0] (Python 3.8 too). Defence in depth: the jump host trusts no answer anyway.
+ISOLATED = "-I"
 
 # Runs on the box with the box's own python3: hashes the helper without trusting it, and
 # reports the interpreter version. A fixed program with the path as argv, never a pipeline.
@@ -179,6 +187,28 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+# The helper verbs that only read and never start a process of the user's (a runner passes
+# its caller's environment on to every job it launches): on the local host they get only the
+# environment a reader needs, not the user's tokens and hooks. Queue and secret verbs keep the
+# whole environment, so a job still sees the user's own. Over SSH nothing is trimmed: the box's
+# shell builds the environment before our command runs, so trimming it there would protect
+# nothing that -I does not.
+READER_VERBS = frozenset({"probe", "serve", "manifest", "rundirs", "du", "version"})
+READER_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                        "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR"})
+READER_ENV_PREFIXES = ("LC_", "GPUROOM_", "SLURM_", "CUDA_", "NVIDIA_")
+
+
+def reader_env(argv: list[str], env: dict[str, str]) -> dict[str, str] | None:
+    """The environment for the local helper started with ``argv``: trimmed for the hash
+    check and the reader verbs, None (all of it) for every other verb."""
+    verb = argv[3] if len(argv) > 3 and argv[1] == ISOLATED else None
+    if not (argv[1:3] == [ISOLATED, "-c"] or verb in READER_VERBS):
+        return None
+    return {k: v for k, v in env.items()
+            if k in READER_ENV or k.startswith(READER_ENV_PREFIXES)}
+
+
 class LocalTransport:
     """The jump host itself, reached by subprocess: gpuroom with no configuration."""
 
@@ -193,6 +223,7 @@ class LocalTransport:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=str(Path.home()),
+            env=reader_env(argv, dict(os.environ)),
         )
         try:
             if stdin is not None and proc.stdin is not None:
@@ -234,6 +265,7 @@ class LocalTransport:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             cwd=str(Path.home()),
+            env=reader_env(argv, dict(os.environ)),
         )
         assert proc.stdin is not None and proc.stdout is not None
         self._procs.append(proc)
@@ -598,7 +630,7 @@ class HostLink:
         return transport
 
     async def _check(self, transport: Transport) -> dict[str, Any]:
-        argv = [transport.python, "-c", _CHECK_SNIPPET, self.archive.remote_path]
+        argv = [transport.python, ISOLATED, "-c", _CHECK_SNIPPET, self.archive.remote_path]
         try:
             result = await asyncio.wait_for(transport.exec(argv, stdin=None, cap=1 << 16),
                                             self.request_timeout_s)
@@ -658,7 +690,7 @@ class HostLink:
                             fix="check the box's disk (df -h ~, df -i ~) and retry")
 
     def helper_argv(self, transport: Transport, *args: str) -> list[str]:
-        return [transport.python, self.archive.remote_path, *args]
+        return [transport.python, ISOLATED, self.archive.remote_path, *args]
 
     async def poll(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """One probe document, or LinkError; on any failure the transport is dropped."""
@@ -955,7 +987,7 @@ class PullIO:
             try:
                 if size is None:
                     size = await source.size()
-                with open(local, "ab") as out:
+                with open_append(local) as out:
                     cut_to(out, offset)
                     return await _pipelined_copy(source, out, offset, size, on_progress)
             finally:
