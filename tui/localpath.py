@@ -1,7 +1,7 @@
 """The one way a name a box gave becomes a path on the jump host.
 
 A box names its jobs and the files in their checkpoint dirs, and anything running there can
-make the helper say anything (docs/SECURITY.md). So every such name is checked here before it
+make the helper say anything. So every such name is checked here before it
 touches this machine's disk: a job id must be one the helper can mint (remote/queue_events.py
 ``is_job_id``), a manifest path must be relative components that stay under their root once
 every symlink already on this disk is followed, and a file about to be written must not be a

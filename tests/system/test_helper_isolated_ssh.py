@@ -61,13 +61,16 @@ class Planted:
         self.site = Path(site.stdout.strip())
         assert self.site.is_relative_to(box.home), self.site
         # Remove on the way out only what was not there before.
-        self.made = next(p for p in (*reversed(self.site.parents), self.site)
-                         if p.is_relative_to(box.home) and p != box.home and not p.exists())
+        self.made = next((p for p in (*reversed(self.site.parents), self.site)
+                          if p.is_relative_to(box.home) and p != box.home and not p.exists()),
+                         None)
         self.site.mkdir(parents=True, exist_ok=True)
         self.usercustomize = self.site / "usercustomize.py"
+        assert not self.usercustomize.exists(), f"{self.usercustomize} is someone else's"
         self.usercustomize.write_text(USERCUSTOMIZE)
         user = box.identity.user
-        for path in (self.dir, *self.dir.rglob("*"), self.made, *self.made.rglob("*")):
+        made = (self.made, *self.made.rglob("*")) if self.made is not None else ()
+        for path in (self.dir, *self.dir.rglob("*"), *made, self.usercustomize):
             shutil.chown(path, user.uid, user.gid)
 
     def ran(self) -> dict[str, str]:
@@ -75,7 +78,8 @@ class Planted:
 
     def remove(self) -> None:
         self.usercustomize.unlink(missing_ok=True)
-        shutil.rmtree(self.made, ignore_errors=True)
+        if self.made is not None:
+            shutil.rmtree(self.made, ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -111,10 +115,11 @@ def test_planted_startup_code_never_runs_in_the_helper(planted: Planted,
     assert planted.ran() == {}, "a poll ran the box's startup code"
 
     job = add_job(config, "--", "sh", "-c", 'echo "$PYTHONPATH" > "$GPUROOM_CKPT_DIR/env.txt"')
-    state = wait_for(lambda: (queue_jobs(config)[job]["state"]
-                              if queue_jobs(config)[job]["state"] in ("succeeded", "failed")
-                              else None), f"job {job} to end")
-    assert state == "succeeded"
+    def ended() -> str | None:
+        state = str(queue_jobs(config)[job]["state"])
+        return state if state in ("succeeded", "failed") else None
+
+    assert wait_for(ended, f"job {job} to end") == "succeeded"
     pulled = gpuroom(config, "pull", "box", job, "--to", str(tmp_path / "pulls"))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     time.sleep(0.5)  # a runner idling after the job would have written by now

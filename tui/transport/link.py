@@ -195,7 +195,7 @@ class Transport(Protocol):
 # nothing that -I does not.
 READER_VERBS = frozenset({"probe", "serve", "manifest", "rundirs", "du", "version"})
 READER_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-                        "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR"})
+                        "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR", "TMUX_TMPDIR"})
 READER_ENV_PREFIXES = ("LC_", "GPUROOM_", "SLURM_", "CUDA_", "NVIDIA_")
 
 
