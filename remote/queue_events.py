@@ -167,7 +167,17 @@ class WriteFailed(OSError):
 
 # Events that create a job, and so take the next job id (box jobs and Slurm jobs share ids).
 JOB_CREATING_EVENTS = ("added", "slurm_added")
-JOB_ID_RE = re.compile(r"^j[1-9][0-9]{0,17}$")
+# The one grammar of a job id, for the box that mints them and for the jump host, which turns
+# them into local directory names (tui/localpath.py): ``jN``, and ``jN_M`` for task M of a
+# Slurm array job. ``\Z``, not ``$``: "j1\n" is not j1.
+JOB_ID_RE = re.compile(r"^j[1-9][0-9]{0,17}\Z")
+ARRAY_TASK_ID_RE = re.compile(r"^(j[1-9][0-9]{0,17})_([0-9]{1,9})\Z")
+
+
+def is_job_id(text: object) -> bool:
+    """Whether ``text`` is an id this helper can give a job: ``jN`` or an array task ``jN_M``."""
+    return isinstance(text, str) and bool(JOB_ID_RE.match(text) or
+                                          ARRAY_TASK_ID_RE.match(text))
 
 
 def event_job_id(ev: Event) -> str:

@@ -143,11 +143,15 @@ def _ignore_signal(signum: int, frame: Any) -> None:
 
 
 def self_argv() -> List[str]:
-    """How to run this helper again: the zipapp on the box, ``-m`` from a source tree."""
+    """How to run this helper again: the zipapp on the box, ``-m`` from a source tree.
+
+    The zipapp isolated (-I), as the jump host starts it: no user site, PYTHONPATH or other
+    PYTHON* variable of the box's user runs inside the runner. The runner's own environment
+    is not trimmed: it is what every job it launches gets, and a job needs the user's."""
     python = sys.executable or "python3"
     pyz = selfhash.archive_path()
     if pyz:
-        return [python, pyz]
+        return [python, "-I", pyz]
     return [python, "-m", "gpuroom.remote"]
 
 

@@ -43,6 +43,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .queue_events import (
+    ARRAY_TASK_ID_RE,
     LIVE_STATES,
     EventReader,
     EventWriter,
@@ -88,7 +89,6 @@ _TIME_RE = re.compile(r"^\d+([:-]\d+){0,3}$")
 # sbatch --array: indices, ranges with a step, a list of them, then %N (N tasks at a time).
 _ARRAY_RE = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 # An array task's gpuroom id: task 3 of array job j5 is j5_3 (its log is logs/j5_3.log).
-_TASK_ID_RE = re.compile(r"^(j\d+)_(\d+)$")
 _SAFE_DIRECTIVE = re.compile(r"^[^\s'\"\\#]+$")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -562,7 +562,7 @@ def _array_final(tasks: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def task_of(root: str, queue: str, job_id: str) -> Optional[Tuple[Dict[str, Any], str]]:
     """("j5_3") -> (array job j5's record, task "3"); None for anything else."""
-    m = _TASK_ID_RE.match(job_id)
+    m = ARRAY_TASK_ID_RE.match(job_id)
     if m is None:
         return None
     job = find_job(root, queue, m.group(1))
@@ -773,7 +773,7 @@ def find_job(root: str, queue: str, job_id: str) -> Optional[Dict[str, Any]]:
     if not os.path.isfile(os.path.join(qdir, "events.jsonl")):
         return None
     jobs = fold_slurm(_read(qdir))
-    m = _TASK_ID_RE.match(job_id)
+    m = ARRAY_TASK_ID_RE.match(job_id)
     if m is not None and (jobs.get(m.group(1)) or {}).get("array"):
         return jobs[m.group(1)]
     return jobs.get(job_id)

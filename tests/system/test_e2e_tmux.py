@@ -353,9 +353,10 @@ def test_keys_with_16_colours(start_room: Any, sshd_box: Any, tmp_path: Path) ->
 # replaced; the helper, sshd, the link and the room are the real ones.
 _NVML_PYTHON = """#!/usr/bin/python3
 import os, runpy, sys, types
-if len(sys.argv) < 2 or not sys.argv[1].endswith(".pyz"):  # the helper check: python3 -c ...
+# argv: -I (the helper starts isolated), then the helper, or -c for the hash check.
+if len(sys.argv) < 3 or not sys.argv[2].endswith(".pyz"):
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-helper = sys.argv[1]
+helper = sys.argv[2]
 sys.path[:0] = [helper, {fakes!r}]
 import pynvml as real  # the helper's own copy, shipped in its zipapp
 from nvml import FakeNvml
@@ -365,7 +366,7 @@ board.__dict__.update({{n: getattr(fake, n) for n in dir(fake) if n.startswith("
 board.nvmlInit = lambda: None
 sys.modules["pynvml"] = board
 sys.path.remove({fakes!r})
-sys.argv = sys.argv[1:]
+sys.argv = sys.argv[2:]
 runpy.run_path(helper, run_name="__main__")
 """
 

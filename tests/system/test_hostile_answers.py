@@ -24,9 +24,10 @@ from gpuroom.tui.transport.link import HostLink, LinkError
 
 pytestmark = pytest.mark.sshd
 
-# The stand-in interpreter: $1 is the helper's path, $2 its subcommand.
+# The stand-in interpreter: $1 is -I (the helper starts isolated), $2 the helper's path, $3
+# its subcommand.
 FAKE_PYTHON = """#!/bin/sh
-if [ "$2" = serve ]; then
+if [ "$3" = serve ]; then
   while IFS= read -r request; do
     # Hang: wait for a next request that never comes; the channel's close ends it.
     if [ "$(head -c 4 "$HOME/answer")" = hang ]; then read -r request; exit 0; fi
@@ -233,7 +234,7 @@ async def test_a_slow_answer_under_the_deadline_is_read(fake_box: Any) -> None:
 
 # A stand-in whose helper subcommands (queue ls, manifest) answer ~/sub-answer; polls are real.
 FAKE_SUBCOMMANDS = """#!/bin/sh
-case "$2" in queue|manifest) cat "$HOME/sub-answer"; exit 0;; esac
+case "$3" in queue|manifest) cat "$HOME/sub-answer"; exit 0;; esac
 exec python3 "$@"
 """
 

@@ -66,7 +66,7 @@ def wait_final(config: Path, *ids: str) -> dict[str, dict[str, Any]]:
 async def test_sshd_killed_mid_poll(box: Any, tmp_path: Path) -> None:
     # The helper's serve channel answers only after 3 s, so the kill lands inside the poll.
     slow = box.home / "python-slow-serve"
-    slow.write_text('#!/bin/sh\nif [ "$2" = serve ] && [ -e "$HOME/slow" ]; then sleep 3; fi\n'
+    slow.write_text('#!/bin/sh\nif [ "$3" = serve ] && [ -e "$HOME/slow" ]; then sleep 3; fi\n'
                     'exec python3 "$@"\n')
     slow.chmod(0o755)
     config = Config(path=tmp_path / "h.toml", settings=Settings(ssh_config=str(box.ssh_config)))

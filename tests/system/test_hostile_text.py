@@ -68,8 +68,9 @@ def tamper(doc):
         snap["host"]["hostname"] = HOSTNAME
     return doc
 
-if len(sys.argv) > 2 and sys.argv[2] == "serve":
-    real = subprocess.Popen([sys.executable, sys.argv[1], "serve"],
+# argv: -I (the helper starts isolated), the helper's path, its subcommand.
+if len(sys.argv) > 3 and sys.argv[3] == "serve":
+    real = subprocess.Popen([sys.executable, *sys.argv[1:3], "serve"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     for line in sys.stdin.buffer:
         real.stdin.write(line)
@@ -77,7 +78,7 @@ if len(sys.argv) > 2 and sys.argv[2] == "serve":
         sys.stdout.write(json.dumps(tamper(json.loads(real.stdout.readline()))) + "\\n")
         sys.stdout.flush()
     sys.exit(0)
-if len(sys.argv) > 2 and sys.argv[2] == "probe":
+if len(sys.argv) > 3 and sys.argv[3] == "probe":
     out = subprocess.run([sys.executable, *sys.argv[1:]], stdout=subprocess.PIPE).stdout
     sys.stdout.write(json.dumps(tamper(json.loads(out))))
     sys.exit(0)

@@ -171,7 +171,7 @@ def test_status_on_a_hung_helper_answers_within_the_request_deadline(
     # together, so a helper that hangs took 45 s to report. The interpreter here is the real
     # python3 for everything but the helper itself, which never answers.
     hang = sshd_box.home / "python-whose-helper-hangs"
-    hang.write_text('#!/bin/sh\ncase "$1" in *.pyz) exec sleep 600;; esac\n'
+    hang.write_text('#!/bin/sh\ncase "$2" in *.pyz) exec sleep 600;; esac\n'
                     'exec python3 "$@"\n')
     hang.chmod(0o755)
     config = tmp_path / "hosts.toml"

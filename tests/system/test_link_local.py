@@ -13,7 +13,7 @@ from gpuroom.tui.config import Config, HostConfig
 from gpuroom.tui.fleet.live import Fleet, backoff_delay
 from gpuroom.tui.model import LinkState
 from gpuroom.tui.transport.helper_build import build_bytes, helper_archive
-from gpuroom.tui.transport.link import HostLink, LinkError, cut_to
+from gpuroom.tui.transport.link import HostLink, LinkError, cut_to, reader_env
 
 
 @pytest.fixture
@@ -216,3 +216,53 @@ async def test_queue_add_from_the_room_carries_the_working_directory(
         await fleet.close()
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True,
                        check=False)
+
+
+SHADOW_ARGPARSE = """import os, sys, sysconfig
+with open(os.environ["GPUROOM_TEST_STARTUP_MARK"] + "/pythonpath-ran", "a") as _f:
+    _f.write(" ".join(sys.argv) + "\\n")
+_real = os.path.join(sysconfig.get_paths()["stdlib"], "argparse.py")
+with open(_real) as _f:
+    exec(compile(_f.read(), _real, "exec"))
+"""
+SITECUSTOMIZE = """import os, sys
+with open(os.environ["GPUROOM_TEST_STARTUP_MARK"] + "/sitecustomize-ran", "a") as _f:
+    _f.write(" ".join(sys.argv) + "\\n")
+"""
+
+
+@pytest.mark.attack("trust", "the local host's helper started with a PYTHONPATH holding a "
+                    "sitecustomize.py and an argparse.py shadowing the standard library's: "
+                    "neither runs in it through a poll (serve and exec), the hash check or a "
+                    "queue verb")
+@pytest.mark.parametrize("mode", ["serve", "exec"])
+async def test_the_local_helper_runs_isolated(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                              mode: str) -> None:
+    planted, marks = home / "planted", home / "marks"
+    planted.mkdir()
+    marks.mkdir()
+    (planted / "argparse.py").write_text(SHADOW_ARGPARSE)
+    (planted / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    monkeypatch.setenv("PYTHONPATH", str(planted))
+    monkeypatch.setenv("GPUROOM_TEST_STARTUP_MARK", str(marks))
+    link = HostLink(HostConfig(name="local", local=True), mode=mode)
+    try:
+        snap = await link.poll({})
+        listed = await link.helper("queue", "ls")
+    finally:
+        await link.close()
+    assert snap["helper"]["sha256"] == link.archive.sha256
+    assert listed.rc == 0, listed.stderr
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+def test_reader_verbs_get_only_what_a_reader_needs() -> None:
+    env = {"PATH": "/usr/bin", "HOME": "/h", "LC_ALL": "C", "GPUROOM_HOME": "/g",
+           "AWS_SECRET_ACCESS_KEY": "s3cr3t", "PYTHONPATH": "/evil", "LD_PRELOAD": "/evil.so"}
+    probe = reader_env(["python3", "-I", "remote.pyz", "probe", "--request", "{}"], env)
+    check = reader_env(["python3", "-I", "-c", "print(1)", "remote.pyz"], env)
+    assert probe == check == {"PATH": "/usr/bin", "HOME": "/h", "LC_ALL": "C",
+                              "GPUROOM_HOME": "/g"}
+    # A queue verb may start the runner, which hands its environment to the user's jobs.
+    assert reader_env(["python3", "-I", "remote.pyz", "queue", "add"], env) is None
+    assert reader_env(["python3", "-I", "remote.pyz", "secret", "push"], env) is None

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from gpuroom.tui.config import HostConfig
+from gpuroom.tui.localpath import safe_local_path
 from gpuroom.tui.transport import openssh_sftp
 from gpuroom.tui.transport import pull as transfer
 from gpuroom.tui.transport.link import HostLink, LinkError
-from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull, safe_local_path
+from gpuroom.tui.transport.pull import Progress, PullResult, load_records, pull
 
 pytestmark = pytest.mark.sshd
 needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync not installed")

@@ -31,13 +31,13 @@ from gpuroom.tui.config import HostConfig, Settings
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.intent import INTENTS_FILE, Intent, IntentBook
 from gpuroom.tui.fleet.outputs import pull_root
+from gpuroom.tui.localpath import job_dir, safe_local_path
 from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
-from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job, QueueSpec, load_answer, read_queue_spec
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.transport.link import HostLink, LinkError
-from gpuroom.tui.transport.pull import pull, safe_local_path, take_manifest
+from gpuroom.tui.transport.pull import pull, take_manifest
 
 LIST_DEADLINE_S = 30.0
 
@@ -103,14 +103,9 @@ def state_file(path: Path | None = None) -> Path:
 def mirror_dir(host: HostConfig, job: str) -> Path:
     """Where the mirror keeps ``job``'s checkpoints: beside `gpuroom pull`'s dirs, never in
     one (pruning to the newest K must not delete what a full pull brought home). The job id
-    is the box's text: one that would land outside (``../..``) is refused."""
-    base = pull_root(host) / "mirror" / host.name
-    target = safe_local_path(base, job)
-    if target is None:
-        raise GpuroomError(f"{host.name}: job id {sanitize_line(job)!r} would put its "
-                           f"checkpoints outside {base}: not mirrored",
-                           "check the box's queue (gpuroom queue ls); job ids are jN")
-    return target
+    is the box's text: one the helper would not mint (``../..``), or a symlink there leading
+    out, is refused (UnsafePath, a GpuroomError naming the host and the job)."""
+    return job_dir(pull_root(host) / "mirror", host.name, job)
 
 
 class MirrorState:
@@ -252,13 +247,17 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
     fr = next((f for f in result.files if f.path == entry["path"]), None)
     if fr is None or fr.status != "verified" or fr.sha256 is None:
         # A file that arrived but did not load must not sit home under a checkpoint's name.
-        if fr is not None and fr.status == "failed":
-            (local / fr.path).unlink(missing_ok=True)
+        if fr is not None and fr.status == "failed" and \
+                (home := safe_local_path(local, fr.path)) is not None:
+            home.unlink(missing_ok=True)
         why = fr.detail if fr is not None else (result.manifest_reason or "not listed")
         return MirrorOutcome(host.name, job, "failed", step, why or (fr.status if fr else ""))
     mtime = entry.get("mtime")
+    home = safe_local_path(local, fr.path)
+    if home is None:  # pull() wrote it through this guard; something moved it out since
+        return MirrorOutcome(host.name, job, "failed", step, f"{fr.path} left {local}")
     state.put(MirrorHome(host=host.name, job=job, step=step, file=fr.path,
-                         local_path=str(local / fr.path), sha256=fr.sha256,
+                         local_path=str(home), sha256=fr.sha256,
                          verified_by=fr.verified_by or "hash",
                          box_mtime=float(mtime) if isinstance(mtime, (int, float)) else None,
                          home_at=clock()))

@@ -15,6 +15,7 @@ import platformdirs
 from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.localpath import UnsafePath, job_dir
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.rules.gate import GateResult, evaluate
 from gpuroom.tui.rules.survival import destroy_wiped_mounts, teardown_destroys
@@ -76,10 +77,16 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
                 on_progress(jid, p)
 
         try:
-            out.append((jid, await pull(link, ckpt_dir, root / link.name / jid,
+            local = job_dir(root, link.name, jid)  # the id is the box's text
+        except UnsafePath as exc:
+            # Said in the pull's report, the others still pull; nothing written or recorded.
+            out.append((jid, PullResult(link.name, jid, ckpt_dir, "", refused=str(exc))))
+            continue
+        try:
+            out.append((jid, await pull(link, ckpt_dir, local,
                                         job=jid, on_progress=progress, method=method)))
         except PullError as exc:  # this job's manifest or dir: the next job is still pulled
-            out.append((jid, PullResult(link.name, jid, ckpt_dir, str(root / link.name / jid),
+            out.append((jid, PullResult(link.name, jid, ckpt_dir, str(local),
                                         manifest_complete=False, manifest_reason=str(exc))))
     return out
 
@@ -146,6 +153,8 @@ async def run_dirs(link: HostLink, jobs: Sequence[Job]) -> RunDirs | str:
 def result_lines(jid: str, result: PullResult) -> list[str]:
     """What a pull of one job did: where its files went, then a line per file, for the CLI
     and the room. Inert: file names, reasons and errors in them are the box's."""
+    if result.refused:
+        return [sanitize_line(f"{jid}: {result.refused}")]
     if not result.files and (result.manifest_reason or "").startswith("not a dir"):
         return [sanitize_line(f"{jid}: nothing to pull ({result.manifest_reason})")]
     verified = sum(f.status == "verified" for f in result.files)

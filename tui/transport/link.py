@@ -36,6 +36,7 @@ from gpuroom.tui.config import (
     default_ssh_config_path,
 )
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.localpath import open_append
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer, snapshot_problems
 from gpuroom.tui.ssh_config import check_ssh_config, ssh_config_aliases
@@ -51,6 +52,13 @@ DEPLOY_TIMEOUT_S = 60.0
 OUTPUT_CAP_BYTES = 8 << 20  # 8 MiB: a probe is tens of KiB; more means something is wrong
 READ_CHUNK = 1 << 16
 MIN_BOX_PYTHON = (3, 8)
+
+# Every interpreter started for the helper (the hash check included) is isolated: -I keeps out
+# the user site (usercustomize), PYTHONPATH, PYTHONHOME and the other PYTHON* variables, and
+# the current directory, so a file planted by anything running as the box's user cannot run
+# inside the helper while its hash still matches. A zipapp run with -I still has the archive
+# as sys.path[0] (Python 3.8 too). Defence in depth: the jump host trusts no answer anyway.
+ISOLATED = "-I"
 
 # Runs on the box with the box's own python3: hashes the helper without trusting it, and
 # reports the interpreter version. A fixed program with the path as argv, never a pipeline.
@@ -192,6 +200,28 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+# The helper verbs that only read and never start a process of the user's (a runner passes
+# its caller's environment on to every job it launches): on the local host they get only the
+# environment a reader needs, not the user's tokens and hooks. Queue and secret verbs keep the
+# whole environment, so a job still sees the user's own. Over SSH nothing is trimmed: the box's
+# shell builds the environment before our command runs, so trimming it there would protect
+# nothing that -I does not.
+READER_VERBS = frozenset({"probe", "serve", "manifest", "rundirs", "du", "version"})
+READER_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                        "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR", "TMUX_TMPDIR"})
+READER_ENV_PREFIXES = ("LC_", "GPUROOM_", "SLURM_", "CUDA_", "NVIDIA_")
+
+
+def reader_env(argv: list[str], env: dict[str, str]) -> dict[str, str] | None:
+    """The environment for the local helper started with ``argv``: trimmed for the hash
+    check and the reader verbs, None (all of it) for every other verb."""
+    verb = argv[3] if len(argv) > 3 and argv[1] == ISOLATED else None
+    if not (argv[1:3] == [ISOLATED, "-c"] or verb in READER_VERBS):
+        return None
+    return {k: v for k, v in env.items()
+            if k in READER_ENV or k.startswith(READER_ENV_PREFIXES)}
+
+
 class LocalTransport:
     """The jump host itself, reached by subprocess: gpuroom with no configuration."""
 
@@ -206,6 +236,7 @@ class LocalTransport:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=str(Path.home()),
+            env=reader_env(argv, dict(os.environ)),
         )
         try:
             if stdin is not None and proc.stdin is not None:
@@ -247,6 +278,7 @@ class LocalTransport:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             cwd=str(Path.home()),
+            env=reader_env(argv, dict(os.environ)),
         )
         assert proc.stdin is not None and proc.stdout is not None
         self._procs.append(proc)
@@ -623,7 +655,7 @@ class HostLink:
         return transport
 
     async def _check(self, transport: Transport) -> dict[str, Any]:
-        argv = [transport.python, "-c", _CHECK_SNIPPET, self.archive.remote_path]
+        argv = [transport.python, ISOLATED, "-c", _CHECK_SNIPPET, self.archive.remote_path]
         try:
             result = await asyncio.wait_for(transport.exec(argv, stdin=None, cap=1 << 16),
                                             self.request_timeout_s)
@@ -683,7 +715,7 @@ class HostLink:
                             fix="check the box's disk (df -h ~, df -i ~) and retry")
 
     def helper_argv(self, transport: Transport, *args: str) -> list[str]:
-        return [transport.python, self.archive.remote_path, *args]
+        return [transport.python, ISOLATED, self.archive.remote_path, *args]
 
     async def poll(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """One probe document, or LinkError; on any failure the transport is dropped."""
@@ -1034,7 +1066,7 @@ class PullIO:
         local.parent.mkdir(parents=True, exist_ok=True)
         # This machine's file is opened first and its errors keep their filename: a full
         # disk or a name too long here is not the link's failure (nothing is dropped).
-        with open(local, "ab") as f:
+        with open_append(local) as f:
             out = _LocalOut(f, str(local))
             try:
                 source = await _open_source(self.link, remote_path)

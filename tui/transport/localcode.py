@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from gpuroom.tui.localpath import safe_local_path
 from gpuroom.tui.rules.drift import LocalCode
 
 GIT_TIMEOUT_S = 5.0
@@ -51,6 +52,8 @@ def read_tree(tree: Path, rel_paths: Iterable[str] = ()) -> LocalCode:
         dirty = bool(status.strip()) if status is not None else None
     hashes: dict[str, str | None] = {}
     for rel in rel_paths:
-        inside = not Path(rel).is_absolute() and ".." not in Path(rel).parts
-        hashes[rel] = _sha256(root / rel) if inside else None
+        # The box named these paths: one that would leave the tree (.., absolute, a symlink
+        # here leading out) is not read at all.
+        path = safe_local_path(root, rel)
+        hashes[rel] = _sha256(path) if path is not None else None
     return LocalCode(str(root), head.strip() if head else None, dirty, hashes)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from gpuroom.tui.localpath import open_append
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.transport.link import (
     PULL_BLOCK_BYTES,
@@ -255,7 +256,7 @@ class OpenSshSftp:
             self._discard()
             raise
         try:
-            with open(part, "ab", buffering=0) as out:
+            with open_append(part, buffering=0) as out:
                 cut_to(out, offset)
                 received = self._read_into(pipes, handle, out, offset=offset, size=size,
                                            report=report, remote=remote)

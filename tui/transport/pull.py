@@ -33,12 +33,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Protocol
 
 import platformdirs
 
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.localpath import open_append, safe_local_path, symlinked
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer
 from gpuroom.tui.transport.link import (
@@ -116,10 +117,14 @@ class PullResult:
     bytes_transferred: int = 0
     load_tested: bool = False
     note: str = ""
+    # Why the whole job was refused before anything moved (tui/localpath.py: a forged job id,
+    # a symlink leading out of the pull root); nothing is written or recorded then.
+    refused: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.manifest_complete and all(f.status == "verified" for f in self.files)
+        return not self.refused and self.manifest_complete and \
+            all(f.status == "verified" for f in self.files)
 
     @property
     def failures(self) -> list[FileResult]:
@@ -128,21 +133,6 @@ class PullResult:
 
 class PullError(GpuroomError):
     """The pull could not start (no manifest); per-file problems are in PullResult."""
-
-
-def safe_local_path(local_dir: Path, rel: str) -> Path | None:
-    """Where a manifest path lands under local_dir, or None when it would escape it."""
-    if not rel or "\x00" in rel or "\\" in rel:
-        return None
-    # Judge the raw components: PurePosixPath would quietly fold "a//b" and "./a".
-    if rel.startswith("/") or any(part in ("", ".", "..") for part in rel.split("/")):
-        return None
-    p = PurePosixPath(rel)
-    base = local_dir.resolve()
-    target = (base / Path(*p.parts)).resolve()
-    if target == base or base not in target.parents:
-        return None  # e.g. a local symlinked subdir pointing elsewhere
-    return target
 
 
 NAME_MAX_BYTES = 255  # one path component, on every Linux filesystem a pull lands on
@@ -617,7 +607,7 @@ async def _fetch(fetch: FetchFn, remote: str, part: Path, *, size: int, meter: _
     if offset > size:
         offset = 0  # longer than the file on the box: cannot be a prefix of it
     # Truncate here rather than in fetch_file so the hasher never sees bytes that vanish.
-    with open(part, "ab") as f:
+    with open_append(part) as f:
         cut_to(f, offset)
     hasher = _TailHasher(part)
     hasher.advance(offset)
@@ -859,6 +849,12 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
             result.files.append(FileResult(rel, int(entry.get("size") or 0), status="refused",
                                            detail="refused: path would land outside "
                                                   f"{local}"))
+            continue
+        part = target.with_name(target.name + ".part")
+        if symlinked(part):  # written through, it would land wherever it points
+            result.files.append(FileResult(rel, int(entry.get("size") or 0), status="refused",
+                                           detail=f"refused: {part} is a symlink here; "
+                                                  "never written through"))
             continue
         todo.append((entry, target))
     rsync, openssh = paths.rsync, paths.openssh
