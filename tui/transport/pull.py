@@ -829,6 +829,7 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
     result = PullResult(host=link.name, job=job, remote_dir=box_dir, local_dir=str(local),
                         manifest_complete=bool(doc.get("complete")),
                         manifest_reason=doc.get("reason"))
+    names = listed_names([str(e.get("path")) for e in doc["files"]])
     todo: list[tuple[dict[str, Any], Path]] = []
     for entry in doc["files"]:
         rel = str(entry.get("path"))
@@ -850,7 +851,7 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                                            detail="refused: path would land outside "
                                                   f"{local}"))
             continue
-        part = target.with_name(target.name + ".part")
+        part = part_path(target, rel, names)
         if symlinked(part):  # written through, it would land wherever it points
             result.files.append(FileResult(rel, int(entry.get("size") or 0), status="refused",
                                            detail=f"refused: {part} is a symlink here; "
@@ -864,7 +865,6 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
         rsync.start_probe()  # the ssh login overlaps the first files
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
     digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])
-    names = listed_names([str(e.get("path")) for e in doc["files"]])
     try:
         for entry, target in todo:
             # A LinkError propagates: the link is gone, the .part files stay for the resume.
