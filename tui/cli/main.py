@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (every host answered), 3 some host did not answer, 2 usage or config
 error, 1 an action failed on the box, 70 gpuroom itself failed (a bug: one line on stderr,
-the traceback in internal-errors.log under the user's state dir).
+the traceback in internal-errors.log under the user's state dir), 141 the reader of stdout went
+away (`gpuroom status --json | head`): quiet, as a shell reports a writer its pipe left.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for yes
 ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
 HUMAN_CPU_INTERVAL_S = 1.0  # probe --human polls twice this far apart to measure CPU use
 
@@ -367,13 +371,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stdout_closed() -> bool:
+    """Has the reader of our stdout gone? A pipe's write end with no reader polls POLLERR."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what is still buffered
+    would meet the closed pipe again and print its own complaint."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", cmd_room)
     try:
         with bugs_reported():
-            return int(func(args))
+            status = int(func(args))
+            sys.stdout.flush()  # a closed pipe shows here, not at exit as a stray message
+            return status
+    except BrokenPipeError as exc:
+        if not stdout_closed():  # a child's pipe (an ssh the verb fed): a failure to see
+            print(f"gpuroom: {describe(exc, context=f'gpuroom {args.command}')}",
+                  file=sys.stderr)
+            return EXIT_INTERNAL
+        quiet_stdout()
+        return EXIT_PIPE_CLOSED
     except GpuroomError as exc:  # config and usage 2, the rest 1 (each class's exit_code)
         print(f"gpuroom: {describe(exc)}", file=sys.stderr)
         return exc.exit_code
