@@ -546,7 +546,9 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
 async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> int:
     offset = 0
     if args.lines is not None:
-        # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
+        # The last N lines (from a line start, at most LOG_TAIL_BYTES); with -f, then what
+        # follows. Without -f that is all: lines written while the answer travelled would
+        # make it more than N.
         result = await link.helper("queue", "logs", "--lines", str(max(0, args.lines)),
                                    "--max-bytes", str(LOG_TAIL_BYTES), "--json", "--", args.job)
         if result.rc != 0:
@@ -558,6 +560,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         if data is None or chunk.next_offset is None:
             raise LinkError(args.host, "queue logs answered a chunk without its bytes")
         out.write(data)
+        if not args.follow:
+            return 0
         offset = chunk.next_offset
     while True:
         result = await link.helper("queue", "logs", "--offset", str(offset),
