@@ -194,3 +194,21 @@ def test_logs_n_prints_the_last_n_lines_of_a_job_still_writing(
             assert numbers == list(range(numbers[0], numbers[0] + 3)), lines
     finally:
         main([*argv, "kill", "box", job])
+
+
+def test_queue_start_starts_a_dead_runner_that_a_fix_names(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The doctor's GEN6 fix says `gpuroom queue start HOST`: it exists and starts the
+    runner a killed tmux took away, and the waiting job runs."""
+    argv = ["--config", str(box_config), "queue"]
+    rc, doc = cli_json(capsys, *argv, "config", "box", "--json")  # the queue, no runner yet
+    assert rc == 0, doc
+    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    rc, doc = cli_json(capsys, *argv, "ls", "box", "--json")
+    assert rc == 0 and doc["runner"]["alive"] is False, doc
+    assert main([*argv, "start", "box"]) == 0
+    assert "runner running" in capsys.readouterr().out
+    rc, doc = cli_json(capsys, *argv, "ls", "box", "--json")
+    assert rc == 0 and doc["runner"]["alive"] is True, doc
+    assert main([*argv, "start", "box"]) == 0  # a second start is a no-op, not an error
+    assert "runner running" in capsys.readouterr().out

@@ -87,7 +87,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger
         add_row(table, (f.severity, f.host, f.id, f.title, f.seen, f.fix))
     for d in failed:
         add_row(table, ("critical", d.host, "job", d.text, "-",
-                        "read its log: gpuroom queue logs HOST JOB"))
+                        d.fix))
     if not findings and not failed:
         add_row(table, ("ok", "-", "-", "nothing wrong seen", "-", "-"))
     print_table(table)

@@ -18,6 +18,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile, ProfileError, load_profile
+from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
@@ -33,7 +34,7 @@ from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
@@ -144,6 +145,11 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
     p.set_defaults(add_parser=p)
+    p = qsub.add_parser("start", help="start the queue's runner if it is dead (a killed tmux, a "
+                        "reboot with no @reboot entry); a no-op while one runs")
+    p.add_argument("host")
+    p.add_argument("--queue", default=DEFAULT_QUEUE, help="the queue (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p = qsub.add_parser("boot-hook", help="install an @reboot crontab entry that starts the "
                         "queue's runner after a reboot (GEN6)")
     p.add_argument("host")
@@ -201,6 +207,9 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
         raise LinkError(host, f"queue {what} failed ({result.failure()})") from None
     if not isinstance(doc, dict):
         raise LinkError(host, f"queue {what}: unexpected answer")
+    for key in ("error", "fix", "warning", "info"):  # the lines a person reads
+        if isinstance(doc.get(key), str):
+            doc[key] = for_host(doc[key], host)
     return doc
 
 
@@ -374,6 +383,15 @@ async def _run(args: argparse.Namespace) -> int:
             if doc.get("info") and not args.json:
                 print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
+        if args.queue_cmd == "start":
+            doc = _json_or_fail(args.host, "start", await link.helper(
+                "queue", "start", f"--queue={args.queue}"))
+            if args.json or not doc.get("ok"):
+                return _answer(args, doc)
+            how = "started" if doc.get("started") else "already running"
+            print_line(f"{args.host}: queue {doc.get('queue') or args.queue}: runner running "
+                       f"({how})")
+            return 0
         if args.queue_cmd == "boot-hook":
             doc = _json_or_fail(args.host, "boot-hook",
                                 await link.helper("queue", "install-reboot-hook"))

@@ -13,6 +13,7 @@ import asyncio
 import getpass
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -62,7 +63,8 @@ def read_value(args: argparse.Namespace) -> bytes:
                                "push one credential, not a whole file (U34)")
     if not data.strip():
         raise SecretInputError("the value is empty",
-                               f"printf '%s' \"$TOKEN\" | gpuroom secret push HOST {args.name}")
+                               f"printf '%s' \"$TOKEN\" | gpuroom secret push "
+                               f"{shlex.quote(args.host)} {args.name}")
     return data
 
 

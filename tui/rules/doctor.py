@@ -24,7 +24,13 @@ from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
 from gpuroom.tui.rules.drift import LocalCode, drift_findings, tree_drift_findings
-from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity, path_under
+from gpuroom.tui.rules.finding import (
+    SEVERITY_RANK,
+    Finding,
+    Severity,
+    fix_for,
+    path_under,
+)
 from gpuroom.tui.rules.money import (
     Recall,
     cpu_training_findings,
@@ -124,7 +130,7 @@ FIX = {
               "the last checkpoint, which must be on the shared FS (/scratch/$USER): "
               "node-local $TMPDIR is wiped when the job ends",
     "U44": "read the error: until it is fixed, what that part of the box would show is unseen; "
-           "`gpuroom probe HOST` prints the helper's own report (errors[].trace)",
+           "`gpuroom probe {host}` prints the helper's own report (errors[].trace)",
 }
 
 # U44 for the kernel log: what makes dmesg readable to the helper's user.
@@ -133,11 +139,11 @@ KERNEL_BLIND_FIX = ("as root on the box: sysctl -w kernel.dmesg_restrict=0 (pers
                     "allows neither leaves Xid and OOM detection off")
 # A kill the queue recorded as asked for: nothing to diagnose.
 KILLED_FIX = ("nothing to diagnose, the kill was asked for: relaunch it (R, or gpuroom queue "
-              "relaunch HOST JOB) if it should run again")
+              "relaunch {host} {job}) if it should run again")
 
 
 def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> Finding:
-    return Finding(fid, severity, host, title, seen, FIX[fid])
+    return Finding(fid, severity, host, title, seen, fix_for(FIX[fid], host))
 
 
 # ------------------------------------------------------------------------------- readers
@@ -246,7 +252,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
         if ended is not None and ended.end_reason == "killed":
             # The queue's own record (kill_requested answered by killed) is the strongest
             # evidence there is: no OOM or signal guess may replace it.
-            out.append(_killed_finding(host, label, ended))
+            out.append(_killed_finding(host, old.id, label, ended))
             continue
         old_a = _attempt(old)
         pid = old_a.pid if old_a is not None else None
@@ -284,7 +290,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
     return out
 
 
-def _killed_finding(host: str, label: str, ended: Attempt) -> Finding:
+def _killed_finding(host: str, job: str, label: str, ended: Attempt) -> Finding:
     """A job gpuroom killed because the user asked (queue kill, K)."""
     seen = ["the queue recorded a kill request and gpuroom's runner ended the job"]
     if ended.end is not None:
@@ -294,7 +300,7 @@ def _killed_finding(host: str, label: str, ended: Attempt) -> Finding:
     if ended.duration is not None:
         seen.append(f"after {fmt_duration(ended.duration)}")
     return Finding("U3", "info", host, f"{label} was killed on request (by gpuroom)",
-                   " ".join(seen), KILLED_FIX)
+                   " ".join(seen), fix_for(KILLED_FIX, host, job))
 
 
 def _not_seen(kernel: Kernel | None) -> str:
@@ -323,7 +329,7 @@ def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None
         return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
                         f"Slurm job {new.slurm_id} CANCELLED")
     if reason == "killed" and ended is not None:
-        return _killed_finding(host, label, ended)
+        return _killed_finding(host, (new or old).id if (new or old) else "", label, ended)
     if signal:
         return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
                         f"{not_seen}: a manual kill (pkill matching more than intended) or an "

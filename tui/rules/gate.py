@@ -11,6 +11,7 @@ so the two never disagree about a pull the user made.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,7 +170,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     detail = "not pulled: " + ", ".join(missing) if missing else f"{len(job_outputs)} jobs checked"
     if doomed:
         detail += "; the teardown destroys " + "; ".join(doomed[:5]) + (
-            f" (+{len(doomed) - 5})" if len(doomed) > 5 else "") + ": gpuroom pull HOST first"
+            f" (+{len(doomed) - 5})" if len(doomed) > 5 else "") + \
+            f": gpuroom pull {shlex.quote(host)} first"
     items.append(GateItem("every job's outputs pulled", not missing and not doomed, detail))
     bad_hash = stale + unverified
     items.append(GateItem("every pulled file hash-verified", not bad_hash and not missing,
