@@ -15,7 +15,6 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from paths import ROOT
@@ -30,8 +29,8 @@ PLACEHOLDER = re.compile(r"(?<![\w{-])(?:HOST|JOB|<[a-z][a-z _-]*>)(?![\w}])")
 COMMAND = re.compile(r"(?<![\w./-])gpuroom((?: [a-z][a-z0-9-]*)+)(?![\w:-])")
 # Words that follow "gpuroom" in a sentence about it, never a verb of the CLI.
 PROSE = {"and", "can", "checkpoint", "config", "did", "does", "edits", "expects", "for", "has",
-         "is", "keys", "job", "jobs", "keeps", "lists", "never", "replaced", "restarts", "runs", "says",
-         "sees", "shows", "starts", "uses", "was", "will", "writes"}
+         "is", "keys", "job", "jobs", "keeps", "lists", "never", "replaced", "restarts", "runs",
+         "says", "sees", "shows", "starts", "uses", "was", "will", "writes"}
 # Keywords whose text is usage or a program's name, written for every host at once.
 GENERIC_KEYWORDS = {"help", "description", "epilog", "metavar", "prog", "usage"}
 # Fix texts whose HOST or <...> is generic on purpose: (file, words in the fix). Each says why.
@@ -108,7 +107,7 @@ def _fix_nodes(tree: ast.AST) -> Iterator[ast.AST]:
                 yield node.args[5]
             yield from (k.value for k in node.keywords if k.arg == "fix")
         elif isinstance(node, ast.Dict):  # a box's answer: {"ok": False, ..., "fix": ...}
-            yield from (v for k, v in zip(node.keys, node.values)
+            yield from (v for k, v in zip(node.keys, node.values, strict=True)
                         if isinstance(k, ast.Constant) and k.value == "fix")
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -18,8 +18,8 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile, ProfileError, load_profile
-from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.preempt import CLOUDS
+from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.secrets import redact_env
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
