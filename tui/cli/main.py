@@ -19,7 +19,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
@@ -119,11 +119,7 @@ def _print_probe(state: HostState, box: BoxView) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     config = load_config(args)
-    names = [h.name for h in config.effective_hosts()]
-    if args.name not in names:
-        print(f"gpuroom: no host {args.name!r} in {config.path} (have: {', '.join(names)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+    host_config(config, args.name)
 
     history = BoxHistory()
 

@@ -21,7 +21,7 @@ from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.secrets import redact_env
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config, no_host
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.live import Fleet
@@ -169,11 +169,7 @@ def add_cli(sub: Any) -> None:
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     """The fleet and the host's queue backend (``slurm`` when its profile is slurm)."""
     config = load_config(args)
-    hosts = {h.name: h for h in config.effective_hosts()}
-    if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
-    return Fleet(config), queue_backend(hosts[args.host].profile)
+    return Fleet(config), queue_backend(host_config(config, args.host).profile)
 
 
 def failover_targets(args: argparse.Namespace, fleet: Fleet) -> str:
@@ -285,8 +281,7 @@ async def _place(args: argparse.Namespace) -> int | None:
                                                    if h.strip()]
     unknown = [h for h in wanted if h not in hosts]
     if unknown:
-        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+        raise no_host(config, unknown[0])
     fleet = Fleet(config)
     try:
         states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
