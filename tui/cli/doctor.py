@@ -56,7 +56,7 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
                              price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                              mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
                              local=s.local_code,
-                             moves=s.moved)
+                             moves=s.moved, host_key=s.host_key)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour, records=records, spot=s.spot)

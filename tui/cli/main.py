@@ -26,7 +26,7 @@ from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.box import BoxHistory, BoxView
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.format import fmt_cut, fmt_hours, fmt_pct
 from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.sanitize import sanitize_line
@@ -37,7 +37,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for yes
-ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
+# The status table's error cell: a glimpse. The whole error follows the table on a line of
+# its own, so a fingerprint or the command in its fix is never cut or folded by the table.
+ERROR_CELL = 48
+SECTIONS_CELL = 160  # an UP host's failed sections (U44)
 HUMAN_CPU_INTERVAL_S = 1.0  # probe --human polls twice this far apart to measure CPU use
 
 
@@ -75,10 +78,13 @@ def _print_table(states: list[HostState]) -> None:
             fmt_pct(b),
             fmt_pct(i),
             # An UP host names the sections its helper failed to collect (U44).
-            fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
-            else fmt_cut(failed_sections_text(snap), ERROR_WIDTH),
+            fmt_cut(sanitize_line(s.error), ERROR_CELL) + " (below)" if s.error
+            else fmt_cut(failed_sections_text(snap), SECTIONS_CELL),
         ))
     print_table(table)
+    for s in states:
+        if s.error:
+            print_line(s.error)  # whole, soft-wrapped: copied as one line
 
 
 async def _status(config: cfg.Config) -> list[HostState]:

@@ -40,7 +40,7 @@ from gpuroom.tui.snapshot import Job as JobView
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
 from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
-from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.transport.link import HostKeyError, HostLink, LinkError
 from gpuroom.tui.transport.localcode import read_tree
 from gpuroom.tui.transport.pull import take_manifest
 
@@ -244,6 +244,8 @@ class Fleet(PendingLedger):
                 state.polls_failed += 1
                 # Its text may quote the box (stderr, a disconnect reason): made inert once here.
                 state.error = sanitize_line(str(exc))
+                state.host_key = None if not isinstance(exc, HostKeyError) else \
+                    "changed" if exc.changed else "unknown"
                 age = state.age_s(self.clock())
                 if age is not None and age < self.config.settings.down_after_s:
                     state.state = LinkState.STALE
@@ -254,6 +256,7 @@ class Fleet(PendingLedger):
                 state.polls_ok += 1
                 state.state = LinkState.UP
                 state.error = None
+                state.host_key = None
                 state.snapshot = snapshot
                 state.last_ok = state.last_try
                 view = state.view  # parsed here, once; the panes read the same view

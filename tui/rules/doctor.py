@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
+from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.model import HostState, LinkState, Move
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
@@ -129,6 +130,8 @@ FIX = {
     "SLURM5": "requeue territory: requeue the job (--requeue, or relaunch it) and resume from "
               "the last checkpoint, which must be on the shared FS (/scratch/$USER): "
               "node-local $TMPDIR is wiped when the job ends",
+    "T6": "check the fingerprint with your provider; the error names the command that trusts "
+          "it",
     "U44": "read the error: until it is fixed, what that part of the box would show is unseen; "
            "`gpuroom probe {host}` prints the helper's own report (errors[].trace)",
 }
@@ -179,10 +182,18 @@ def _log_size(job: Job) -> float | None:
 # ------------------------------------------------------------------------------- link
 
 def link_findings(host: str, link: LinkState, error: str | None,
-                  age_s: float | None) -> list[Finding]:
-    """GEN8 / U3's separate trap: the poll failed, which says nothing about the job."""
+                  age_s: float | None, host_key: str | None = None) -> list[Finding]:
+    """GEN8 / U3's separate trap: the poll failed, which says nothing about the job. A poll
+    refused at the box's host key (T6) says so: the user has a key to check, not a link."""
     if link is LinkState.UP:
         return []
+    if host_key is not None:
+        message, _, fix = (error or "").partition(FIX_CLAUSE)
+        changed = host_key == "changed"
+        return [Finding("T6", "critical" if changed else "warn", host,
+                        "host key CHANGED: refused until you check it" if changed else
+                        "unknown host key: refused until you check and trust it",
+                        message or "no answer", fix or FIX["T6"])]
     age = f"last good snapshot {fmt_duration(age_s)} ago" if age_s is not None else "never answered"
     return [_finding(
         "GEN8", "warn", host,
@@ -775,7 +786,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              mtbf_s: float | None = None,
              cpu_training_after_s: float | None = None,
              local: LocalCode | None = None,
-             moves: Sequence[Move] = ()) -> list[Finding]:
+             moves: Sequence[Move] = (), host_key: str | None = None) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
@@ -791,7 +802,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     if link is not LinkState.UP or snap is None:
         age = now - last_ok if last_ok is not None else None
         return link_findings(host, link if link is not LinkState.UP else LinkState.DOWN,
-                             error, age) + move_findings(host, moves, now)
+                             error, age, host_key) + move_findings(host, moves, now)
     out = vanished_findings(host, prev, snap, recall)
     out += gpu_findings(host, prev, snap)
     out += stall_findings(host, prev, snap, after_s=stall_after_s, price_per_hour=price_per_hour)
@@ -852,7 +863,7 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                         mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
                         local=s.local_code,
-                        moves=s.moved)
+                        moves=s.moved, host_key=s.host_key)
     return sort_findings(out)
 
 
