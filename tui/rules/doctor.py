@@ -340,7 +340,7 @@ def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None
         return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
                         f"Slurm job {new.slurm_id} CANCELLED")
     if reason == "killed" and ended is not None:
-        return _killed_finding(host, (new or old).id if (new or old) else "", label, ended)
+        return _killed_finding(host, new.id, label, ended)
     if signal:
         return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
                         f"{not_seen}: a manual kill (pkill matching more than intended) or an "
