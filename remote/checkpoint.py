@@ -527,11 +527,63 @@ def _copy_into_buffers(copies: List[Tuple[Any, Any]]) -> None:
         raise errors[0]
 
 
+# What a safe load of a file from a box allows beyond tensors and plain values: what the common
+# trainers write, and nothing that calls code. torch.load(weights_only=True) with these
+# (torch.serialization.safe_globals), never weights_only=False. README "Pull verification".
+#   HF Trainer's rng_state.pth: numpy's RandomState tuple, an ndarray of uint32, rebuilt by
+#   numpy's _reconstruct (numpy.core before numpy 2, numpy._core since) and its dtype.
+#   Lightning's hyper_parameters: the script's argparse.Namespace when it saved its args.
+SAFE_NUMPY_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                     "uint64", "float16", "float32", "float64", "complex64", "complex128")
+SAFE_GLOBAL_NAMES = ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+                     "numpy.ndarray", "numpy.dtype", "numpy.dtypes.<one per SAFE_NUMPY_DTYPES>",
+                     "argparse.Namespace")
+_REFUSED_GLOBAL_RE = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
+
+
+def safe_globals() -> List[Any]:
+    """The objects behind SAFE_GLOBAL_NAMES that this interpreter has (numpy is optional)."""
+    allowed: List[Any] = [argparse.Namespace]
+    try:
+        import numpy
+    except ImportError:
+        return allowed
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
+    # Named both ways: a file saved under numpy 1 names numpy.core, one under 2 numpy._core.
+    allowed += [(_reconstruct, "numpy.core.multiarray._reconstruct"),
+                (_reconstruct, "numpy._core.multiarray._reconstruct"),
+                numpy.ndarray, numpy.dtype]
+    # numpy >= 1.25 gives each dtype its own class (numpy.dtypes.UInt32DType), which the
+    # unpickler builds; before, that class is numpy.dtype itself.
+    classes = {type(numpy.dtype(name)) for name in SAFE_NUMPY_DTYPES} - {numpy.dtype}
+    return allowed + sorted(classes, key=lambda c: c.__name__)
+
+
+def refused_globals(exc: BaseException) -> List[str]:
+    """The pickle globals a safe load refused, as torch names them ("os.system")."""
+    return sorted(set(_REFUSED_GLOBAL_RE.findall(str(exc))))
+
+
 def _is_weights_only_refusal(exc: BaseException) -> bool:
     """An intact file that holds Python objects weights_only will not unpickle."""
     # Only a named global means "intact but refused"; garbage bytes fed to the unpickler
     # also fail under the weights_only banner ("Unsupported operand"), and those are corrupt.
-    return "Unsupported global" in str(exc)
+    return "Unsupported global" in str(exc) or bool(refused_globals(exc))
+
+
+# torch's own advice in a load error: re-running with weights_only=False. Not for a box's file.
+_TORCH_ADVICE = ("weights_only", "Weights only", "trusted source", "Check the documentation",
+                 "torch.load", "file an issue")
+
+
+def _load_error_words(exc: BaseException) -> str:
+    """What went wrong in a failed load, without torch's advice to unpickle in full."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    kept = [line for line in lines if not any(a in line for a in _TORCH_ADVICE)]
+    return " ".join(kept)[:160] or type(exc).__name__
 
 
 def _torch_load(path: Path, map_location: Any, weights_only: bool, mmap: bool = False) -> Any:
@@ -1136,22 +1188,35 @@ def _looks_like_disk_full(exc: BaseException, remaining: int, free_after: Option
 # verify CLI
 
 
-def describe(path: PathLike, *, trust: bool = False) -> Dict[str, Any]:
-    """What a checkpoint file holds; raises on a truncated or corrupt file.
+def _safe_load(path: Path) -> Any:
+    """torch.load(weights_only=True) allowing safe_globals() (where torch has the mechanism,
+    2.5 and later; an older torch loads with weights_only alone)."""
+    import torch
 
-    Loads with weights_only=True unless ``trust``: verify is run on files pulled from boxes
-    and shared directories, and a full unpickle of a tampered file runs arbitrary code. The
-    payload Checkpointer writes needs nothing beyond the safe loader.
+    allowing = getattr(torch.serialization, "safe_globals", None)
+    if allowing is None:
+        return _torch_load(path, "cpu", weights_only=True)
+    with allowing(safe_globals()):
+        return _torch_load(path, "cpu", weights_only=True)
+
+
+def describe(path: PathLike) -> Dict[str, Any]:
+    """What a checkpoint file holds; raises on a truncated or corrupt file, or one that holds
+    an object the safe load does not allow.
+
+    Never a full unpickle: verify is run on files pulled from boxes and shared directories,
+    and a full unpickle of a tampered file runs arbitrary code. What the common trainers
+    write besides tensors is allowed by name (SAFE_GLOBAL_NAMES).
     """
     p = Path(path)
-    payload = _torch_load(p, "cpu", weights_only=not trust)
+    payload = _safe_load(p)
     count, nbytes = _tensor_bytes(payload)
     info: Dict[str, Any] = {
         "path": str(p),
         "file_bytes": p.stat().st_size,
         "tensors": count,
         "tensor_bytes": nbytes,
-        "weights_only": not trust,
+        "weights_only": True,
     }
     if isinstance(payload, dict) and payload.get("format") == FORMAT:
         rng = payload.get("rng") or {}
@@ -1209,29 +1274,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     verify = sub.add_parser("verify", help="load a checkpoint and print what it holds")
     verify.add_argument("path")
     verify.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    verify.add_argument("--trust", action="store_true",
-                        help="full unpickle (runs code from the file): only for files you made")
     args = parser.parse_args(argv)
     emit: Callable[[str], Any] = sys.stdout.write
+    refused: List[str] = []
     try:
-        info = describe(args.path, trust=args.trust)
+        info = describe(args.path)
     except FileNotFoundError:
-        message = f"{args.path}: no such file"
-        code = 2
+        message, kind, code = f"{args.path}: no such file", "missing", 2
     except Exception as exc:
         if _is_weights_only_refusal(exc):
-            message = (f"{args.path}: intact, but holds Python objects the safe loader refuses; "
-                       f"rerun with --trust only if you made this file ({exc})")
-            code = 3
+            refused = refused_globals(exc)
+            message = (f"{args.path}: intact, but holds {', '.join(refused) or 'an object'}, "
+                       "which the safe load does not allow: unpickled, it could run code")
+            kind, code = "refused", 3
         else:
             message = (f"{args.path}: CORRUPT or truncated, do not resume from it "
-                       f"({type(exc).__name__}: {exc})")
-            code = 1
+                       f"({type(exc).__name__}: {_load_error_words(exc)})")
+            kind, code = "corrupt", 1
     else:
         emit((json.dumps(info, sort_keys=True) if args.json else _format_info(info)) + "\n")
         return 0
     if args.json:
-        emit(json.dumps({"path": args.path, "ok": False, "error": message}) + "\n")
+        emit(json.dumps({"path": args.path, "ok": False, "error": message, "kind": kind,
+                         "refused": refused}) + "\n")
     sys.stderr.write(message + "\n")
     return code
 

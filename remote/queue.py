@@ -68,6 +68,7 @@ from .procstat import group_cpu_seconds
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_QUEUE,
+    HOST_IN_FIX,
     LIVE_STATES,
     PAUSED_WAIT,
     EventReader,
@@ -634,7 +635,8 @@ def _cmd_add(argv: List[str]) -> int:
                                       "compute node that cannot read the login node's disk")
         job_secrets = secrets.job_secrets(args.secret, args.root)
     except secrets.SecretError as exc:
-        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc)})
+        _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
+               **({"fix": exc.fix} if exc.fix else {})})
         return 1
     if slurm:
         if args.after or args.priority:
@@ -665,7 +667,7 @@ def _cmd_add(argv: List[str]) -> int:
         after = _known_jobs(root, queue, args.after)
     except ValueError as exc:
         _emit({"ok": False, "recorded": False, "queue": queue, "error": str(exc),
-               "fix": "gpuroom queue ls HOST lists the jobs"})
+               "fix": f"gpuroom queue ls {HOST_IN_FIX} lists the jobs"})
         return 1
     fields = dict(name=args.name, argv=cmd, cwd=cwd, env=env, gpus=args.gpus,
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
@@ -754,7 +756,7 @@ def add_job(root: str, queue: str, fields: Dict[str, Any], *, start: bool = True
         if not runner.get("running"):
             doc.update(ok=False, error=f"job {ev['job']} is recorded but no runner is running "
                        "to start it (do not add it again)",
-                       fix="start the queue: gpuroom-remote queue start; read "
+                       fix=f"start its runner: gpuroom queue start {HOST_IN_FIX}; its log is "
                        f"{os.path.join(qdir, 'runner.log')} on the box")
     if start:
         doc["runner"] = runner
@@ -985,7 +987,7 @@ def _cmd_show(argv: List[str]) -> int:
     if not found:
         _emit({"ok": False, "queue": queue, "job": args.job,
                "error": f"no job {args.job} in queue {queue}",
-               "fix": "gpuroom queue ls HOST lists the jobs"})
+               "fix": f"gpuroom queue ls {HOST_IN_FIX} lists the jobs"})
         return 1
     job = found[0]
     job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
@@ -1023,7 +1025,7 @@ def _cmd_edit(argv: List[str]) -> int:
     if old is None:
         _emit({"ok": False, "queue": queue, "job": job_id,
                "error": f"no job {job_id} in queue {queue}",
-               "fix": "gpuroom queue ls HOST lists the jobs"})
+               "fix": f"gpuroom queue ls {HOST_IN_FIX} lists the jobs"})
         return 1
     env = {k: v for k, v in old["env"].items() if k not in args.unset_env}
     env.update(_job_env(args))

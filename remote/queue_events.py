@@ -34,6 +34,9 @@ Event = Dict[str, Any]
 State = Dict[str, Any]
 
 EVENTS_FILE = "events.jsonl"
+# The box does not know the name the jump host gives it: a fix the helper writes names the
+# host as this token, and the jump host puts the name there (tui/snapshot.py for_host).
+HOST_IN_FIX = "{host}"
 DEFAULT_QUEUE = "default"
 # A tmux session name and a directory name at once: no dots, colons or slashes.
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

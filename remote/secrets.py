@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .queue_events import root_dir
+from .queue_events import HOST_IN_FIX, root_dir
 
 MAX_SECRET_BYTES = 64 * 1024
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -40,7 +40,9 @@ SHARED_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "
 
 
 class SecretError(Exception):
-    pass
+    def __init__(self, message: str, fix: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 def secrets_dir(root: Optional[str] = None) -> str:
@@ -149,8 +151,9 @@ def job_secrets(specs: List[str], root: Optional[str] = None) -> List[Dict[str, 
         name, var = parse_spec(spec)
         path = secret_path(name, root)
         if not os.path.isfile(path):
-            raise SecretError(f"no secret {name!r} on this box ({path}). Fix: gpuroom secret "
-                              f"push HOST {name} < file (or --from-env VAR)")
+            raise SecretError(f"no secret {name!r} on this box ({path})",
+                              f"gpuroom secret push {HOST_IN_FIX} {name} < file "
+                              "(or --from-env VAR)")
         out.append({"name": name, "env": var, "path": path})
     return out
 
@@ -164,8 +167,10 @@ def secret_env(job: Dict[str, Any]) -> Tuple[Dict[str, str], List[str]]:
             with open(str(item["path"]), "rb") as f:
                 env[str(item["env"])] = f.read(MAX_SECRET_BYTES).decode("utf-8", "replace")
         except (OSError, KeyError, TypeError) as exc:
+            # A log line, read as the box wrote it: no jump host fills in the host's name.
             missing.append(f"secret {item.get('name')!r} unreadable ({type(exc).__name__}); "
-                           f"push it again: gpuroom secret push HOST {item.get('name')}")
+                           "push it again from the jump host: gpuroom secret push, this "
+                           f"host's name, {item.get('name')}")
     return env, missing
 
 

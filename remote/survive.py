@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
+from .queue_events import HOST_IN_FIX
+
 
 def _real(path: str) -> str:
     return os.path.realpath(os.path.expandvars(os.path.expanduser(path)))
@@ -67,7 +69,7 @@ def destroy_note(ckpt_dir: str, stop_only: List[str]) -> Optional[str]:
     for root in stop_only:
         if under_any(ckpt_dir, [root]):
             return (f"checkpoints go to {ckpt_dir}, on {root}: it survives a stop but not a "
-                    "destroy (principle 4). Pull them (gpuroom pull HOST) before you "
+                    f"destroy (principle 4). Pull them (gpuroom pull {HOST_IN_FIX}) before you "
                     "terminate, or checkpoint to storage that survives both")
     return None
 

@@ -111,6 +111,9 @@ class HostState:
     profile: str = "generic-ssh"
     state: LinkState = LinkState.DOWN
     error: str | None = None
+    # "unknown" or "changed" while the last poll was refused at the box's host key (T6):
+    # a refusal to check, not a dropped poll.
+    host_key: str | None = None
     snapshot: Snapshot | None = None
     last_ok: float | None = None  # time.time() of the last good snapshot
     last_try: float | None = None

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from gpuroom.remote.queue_events import SIGNAL_NAME_RE
+from gpuroom.remote.queue_events import HOST_IN_FIX, SIGNAL_NAME_RE
 from gpuroom.remote.vram import display_only
 
 RawSnapshot = dict[str, Any]
@@ -991,6 +991,12 @@ __all__ = [
     "snapshot_problems",
     "text", "with_jobs",
 ]
+
+
+def for_host(text: str, host: str) -> str:
+    """A box's text with the host's name (as a shell word) where the helper wrote its
+    HOST_IN_FIX: a fix the user pastes names the real host."""
+    return text.replace(HOST_IN_FIX, shlex.quote(host))
 
 
 def load_answer(data: bytes | str) -> Any:

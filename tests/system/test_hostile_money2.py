@@ -181,7 +181,14 @@ def test_a_secret_not_pushed_is_refused_at_queue_add(
     rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "add", "box", "--json",
                        "--secret", "NEVER_PUSHED", "--", "true")
     assert rc == 1 and not doc["ok"]
-    assert "gpuroom secret push HOST NEVER_PUSHED" in doc["error"]
+    assert "no secret 'NEVER_PUSHED'" in doc["error"]
+    # The fix names the host as the user calls it, ready to paste.
+    assert doc["fix"].startswith("gpuroom secret push box NEVER_PUSHED < file"), doc
+    assert main(["--config", str(box_config), "queue", "add", "box", "--secret",
+                 "NEVER_PUSHED", "--", "true"]) == 1
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1, said  # one line: the terminal folds it, rich does not
+    assert "Fix: gpuroom secret push box NEVER_PUSHED < file" in said
     rc, doc = cli_json(capsys, "--config", str(box_config), "queue", "ls", "box", "--json")
     assert doc["jobs"] == []
 

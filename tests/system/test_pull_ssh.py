@@ -320,9 +320,14 @@ async def test_truncated_checkpoint_passes_no_load_test(sshd_box: Any, tmp_path:
     state = tmp_path / "pulls.json"
     result = await pull_from(sshd_box, str(src), tmp_path / "out", state_path=state)
     [fr] = result.files
-    assert not result.ok and fr.status == "failed" and fr.verified_by == "hash"
-    assert "load test failed" in fr.detail
-    assert load_records(state) == []
+    # Home (the box has the very same bytes) but never taken for a loadable checkpoint: the
+    # report says the load check failed and that pulling again cannot help.
+    assert fr.status == "verified" and fr.verified_by == "hash"
+    assert result.load_failed == [fr]
+    assert fr.detail.startswith("load check failed: ") and "CORRUPT or truncated" in fr.detail
+    assert "pulling again cannot help" in fr.detail
+    [record] = load_records(state)
+    assert record["verified_by"] == "hash" and record["files"][0]["load_error"] == fr.detail
 
 
 @pytest.mark.attack("injection", "symlink on box is refused")

@@ -168,3 +168,47 @@ def test_add_kill_and_relaunch_answer_in_words_json_on_request(
     assert (rc, out) == (1, "box: j1 not killed: job is succeeded")
     rc, out = say("add", "box", "--json", "--", "true")
     assert rc == 0 and json.loads(out)["job"] == "j3"
+
+
+def test_logs_n_prints_the_last_n_lines_of_a_job_still_writing(
+        box_config: Path, sshd_box: Any, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """`queue logs -n 3` on a job that writes a line every 10 ms: three lines, the last three
+    at the time of asking; what arrives while the answer travels is not added to them."""
+    argv = ["--config", str(box_config), "queue"]
+    assert main([*argv, "add", "--json", "box", "--", "sh", "-c",
+                 "i=0; while true; do echo line-$i; i=$((i+1)); sleep 0.01; done"]) == 0
+    job = json.loads(capfdbinary.readouterr().out.decode().strip().splitlines()[-1])["job"]
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            started = main([*argv, "logs", "box", job]) == 0  # no log before the job starts
+            if started and capfdbinary.readouterr().out.count(b"\n") >= 20:
+                break
+            assert time.monotonic() < deadline, "the job wrote nothing"
+            time.sleep(0.2)
+        for _ in range(3):
+            assert main([*argv, "logs", "box", job, "-n", "3"]) == 0
+            lines = capfdbinary.readouterr().out.decode().splitlines()
+            assert len(lines) == 3, lines
+            numbers = [int(line.removeprefix("line-")) for line in lines]
+            assert numbers == list(range(numbers[0], numbers[0] + 3)), lines
+    finally:
+        main([*argv, "kill", "box", job])
+
+
+def test_queue_start_starts_a_dead_runner_that_a_fix_names(
+        box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The doctor's GEN6 fix says `gpuroom queue start HOST`: it exists and starts the
+    runner a killed tmux took away, and the waiting job runs."""
+    argv = ["--config", str(box_config), "queue"]
+    rc, doc = cli_json(capsys, *argv, "config", "box", "--json")  # the queue, no runner yet
+    assert rc == 0, doc
+    sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
+    rc, doc = cli_json(capsys, *argv, "ls", "box", "--json")
+    assert rc == 0 and doc["runner"]["alive"] is False, doc
+    assert main([*argv, "start", "box"]) == 0
+    assert "runner running" in capsys.readouterr().out
+    rc, doc = cli_json(capsys, *argv, "ls", "box", "--json")
+    assert rc == 0 and doc["runner"]["alive"] is True, doc
+    assert main([*argv, "start", "box"]) == 0  # a second start is a no-op, not an error
+    assert "runner running" in capsys.readouterr().out

@@ -15,7 +15,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import PullRecords
@@ -56,7 +56,7 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
                              price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                              mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
                              local=s.local_code,
-                             moves=s.moved, held=s.held)
+                             moves=s.moved, held=s.held, host_key=s.host_key)
         if s.state is LinkState.UP:
             clocks += host_clocks(s.name, s.view, profile, now,
                                   price_per_hour=s.price_per_hour, records=records, spot=s.spot)
@@ -87,7 +87,7 @@ def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger
         add_row(table, (f.severity, f.host, f.id, f.title, f.seen, f.fix))
     for d in failed:
         add_row(table, ("critical", d.host, "job", d.text, "-",
-                        "read its log: gpuroom queue logs HOST JOB"))
+                        d.fix))
     if not findings and not failed:
         add_row(table, ("ok", "-", "-", "nothing wrong seen", "-", "-"))
     print_table(table)
@@ -102,11 +102,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import time
 
     config = load_config(args)
-    names = [h.name for h in config.effective_hosts()]
-    if args.host is not None and args.host not in names:
-        print(f"gpuroom: no host {args.host!r} in {config.path} (have: {', '.join(names)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+    if args.host is not None:
+        host_config(config, args.host)
     states = asyncio.run(_poll(config, args.host))
     now = time.time()
     findings, clocks = examine(states, now, PullRecords().current())

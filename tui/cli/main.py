@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (every host answered), 3 some host did not answer, 2 usage or config
 error, 1 an action failed on the box, 70 gpuroom itself failed (a bug: one line on stderr,
-the traceback in internal-errors.log under the user's state dir).
+the traceback in internal-errors.log under the user's state dir), 141 the reader of stdout went
+away (`gpuroom status --json | head`): quiet, as a shell reports a writer its pipe left.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import select
 import sys
 import time
 from pathlib import Path
@@ -17,14 +20,14 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.box import BoxHistory, BoxView
 from gpuroom.tui.present.disks import disk_rows
-from gpuroom.tui.present.format import fmt_cut, fmt_cut_keeping_fix, fmt_hours, fmt_pct
+from gpuroom.tui.present.format import fmt_cut, fmt_hours, fmt_pct
 from gpuroom.tui.present.gpus import gpu_absence, gpu_processes
 from gpuroom.tui.present.hosts import failed_sections, failed_sections_text
 from gpuroom.tui.rules.plausible import plausible_uptime
@@ -36,7 +39,11 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
-ERROR_WIDTH = 160  # the status table's error cell; the message gives way, never its fix
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what `yes | head` reports for yes
+# The status table's error cell: a glimpse. The whole error follows the table on a line of
+# its own, so a fingerprint or the command in its fix is never cut or folded by the table.
+ERROR_CELL = 48
+SECTIONS_CELL = 160  # an UP host's failed sections (U44)
 HUMAN_CPU_INTERVAL_S = 1.0  # probe --human polls twice this far apart to measure CPU use
 
 
@@ -75,10 +82,13 @@ def _print_table(states: list[HostState]) -> None:
             fmt_pct(b),
             fmt_pct(i),
             # An UP host names the sections its helper failed to collect (U44).
-            fmt_cut_keeping_fix(sanitize_line(s.error or ""), ERROR_WIDTH) if s.error
-            else fmt_cut(failed_sections_text(snap), ERROR_WIDTH),
+            fmt_cut(sanitize_line(s.error), ERROR_CELL) + " (below)" if s.error
+            else fmt_cut(failed_sections_text(snap), SECTIONS_CELL),
         ))
     print_table(table)
+    for s in states:
+        if s.error:
+            print_line(s.error)  # whole, soft-wrapped: copied as one line
 
 
 async def _status(config: cfg.Config) -> list[HostState]:
@@ -119,11 +129,7 @@ def _print_probe(state: HostState, box: BoxView) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     config = load_config(args)
-    names = [h.name for h in config.effective_hosts()]
-    if args.name not in names:
-        print(f"gpuroom: no host {args.name!r} in {config.path} (have: {', '.join(names)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+    host_config(config, args.name)
 
     history = BoxHistory()
 
@@ -371,13 +377,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stdout_closed() -> bool:
+    """Has the reader of our stdout gone? A pipe's write end with no reader polls POLLERR."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what is still buffered
+    would meet the closed pipe again and print its own complaint."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", cmd_room)
     try:
         with bugs_reported():
-            return int(func(args))
+            status = int(func(args))
+            sys.stdout.flush()  # a closed pipe shows here, not at exit as a stray message
+            return status
+    except BrokenPipeError as exc:
+        if not stdout_closed():  # a child's pipe (an ssh the verb fed): a failure to see
+            print(f"gpuroom: {describe(exc, context=f'gpuroom {args.command}')}",
+                  file=sys.stderr)
+            return EXIT_INTERNAL
+        quiet_stdout()
+        return EXIT_PIPE_CLOSED
     except GpuroomError as exc:  # config and usage 2, the rest 1 (each class's exit_code)
         print(f"gpuroom: {describe(exc)}", file=sys.stderr)
         return exc.exit_code

@@ -1,6 +1,7 @@
 """`gpuroom pull HOST [JOB]` and `gpuroom gate HOST`: outputs home, then the teardown gate.
 
-The gate never stops anything: exit 0 says "safe to stop paying", 5 says what is missing.
+pull exits 0 when every file is home (its sha256 the box's), 1 when one is not. The gate never
+stops anything: exit 0 says "safe to stop paying", 5 says what is missing.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.errors import GpuroomError, describe
 from gpuroom.tui.fleet.live import Fleet, watched_mounts
-from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
+from gpuroom.tui.fleet.outputs import check_gate, pull_fix, pull_jobs, pull_root, result_lines
 from gpuroom.tui.present.format import fmt_progress
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.link import LinkError, RemoteFileError
@@ -49,11 +50,7 @@ def add_cli(sub: Any) -> None:
 
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
     config = load_config(args)
-    hosts = {h.name: h for h in config.effective_hosts()}
-    if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
-    return Fleet(config), hosts[args.host]
+    return Fleet(config), host_config(config, args.host)
 
 
 class _ProgressLine:
@@ -99,7 +96,11 @@ async def _pull(args: argparse.Namespace) -> int:
     for jid, result in results:
         for text in result_lines(jid, result):
             print(text)
-    return 1 if any(not r.ok for _, r in results) else 0
+    if any(not r.ok for _, r in results):
+        print(f"gpuroom pull: not everything is home. Fix: {pull_fix(args.host, results)}",
+              file=sys.stderr)
+        return 1
+    return 0  # every file an exact copy; a failed load check is said on its line, with its fix
 
 
 async def _gate(args: argparse.Namespace) -> int:

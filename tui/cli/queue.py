@@ -20,8 +20,9 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.remote.preempt import CLOUDS
+from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.secrets import redact_env
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config, no_host
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.intent import (
@@ -40,7 +41,7 @@ from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
@@ -151,6 +152,11 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="[-- CMD ARGS...] a new command")
     p.set_defaults(add_parser=p)
+    p = qsub.add_parser("start", help="start the queue's runner if it is dead (a killed tmux, a "
+                        "reboot with no @reboot entry); a no-op while one runs")
+    p.add_argument("host")
+    p.add_argument("--queue", default=DEFAULT_QUEUE, help="the queue (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the box's answer as JSON")
     p = qsub.add_parser("boot-hook", help="install an @reboot crontab entry that starts the "
                         "queue's runner after a reboot (GEN6)")
     p.add_argument("host")
@@ -170,11 +176,7 @@ def add_cli(sub: Any) -> None:
 def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     """The fleet and the host's queue backend (``slurm`` when its profile is slurm)."""
     config = load_config(args)
-    hosts = {h.name: h for h in config.effective_hosts()}
-    if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
-    return Fleet(config), queue_backend(hosts[args.host].profile)
+    return Fleet(config), queue_backend(host_config(config, args.host).profile)
 
 
 def failover_targets(args: argparse.Namespace) -> tuple[str, ...]:
@@ -213,6 +215,9 @@ def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
         raise LinkError(host, f"queue {what} failed ({result.failure()})") from None
     if not isinstance(doc, dict):
         raise LinkError(host, f"queue {what}: unexpected answer")
+    for key in ("error", "fix", "warning", "info"):  # the lines a person reads
+        if isinstance(doc.get(key), str):
+            doc[key] = for_host(doc[key], host)
     return doc
 
 
@@ -288,8 +293,7 @@ async def _place(args: argparse.Namespace) -> int | None:
                                                    if h.strip()]
     unknown = [h for h in wanted if h not in hosts]
     if unknown:
-        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+        raise no_host(config, unknown[0])
     fleet = Fleet(config)
     try:
         states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
@@ -400,6 +404,15 @@ async def _run(args: argparse.Namespace) -> int:
             if doc.get("info") and not args.json:
                 print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
+        if args.queue_cmd == "start":
+            doc = _json_or_fail(args.host, "start", await link.helper(
+                "queue", "start", f"--queue={args.queue}"))
+            if args.json or not doc.get("ok"):
+                return _answer(args, doc)
+            how = "started" if doc.get("started") else "already running"
+            print_line(f"{args.host}: queue {doc.get('queue') or args.queue}: runner running "
+                       f"({how})")
+            return 0
         if args.queue_cmd == "boot-hook":
             doc = _json_or_fail(args.host, "boot-hook",
                                 await link.helper("queue", "install-reboot-hook"))
@@ -572,7 +585,9 @@ async def _logs(link: Any, args: argparse.Namespace) -> int:
 async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> int:
     offset = 0
     if args.lines is not None:
-        # The last N lines (from a line start, at most LOG_TAIL_BYTES), then what follows.
+        # The last N lines (from a line start, at most LOG_TAIL_BYTES); with -f, then what
+        # follows. Without -f that is all: lines written while the answer travelled would
+        # make it more than N.
         result = await link.helper("queue", "logs", "--lines", str(max(0, args.lines)),
                                    "--max-bytes", str(LOG_TAIL_BYTES), "--json", "--", args.job)
         if result.rc != 0:
@@ -584,6 +599,8 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         if data is None or chunk.next_offset is None:
             raise LinkError(args.host, "queue logs answered a chunk without its bytes")
         out.write(data)
+        if not args.follow:
+            return 0
         offset = chunk.next_offset
     while True:
         result = await link.helper("queue", "logs", "--offset", str(offset),

@@ -13,13 +13,14 @@ import asyncio
 import getpass
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.secrets import MAX_SECRET_BYTES, SecretError, check_name
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.sanitize import sanitize_line
@@ -63,7 +64,8 @@ def read_value(args: argparse.Namespace) -> bytes:
                                "push one credential, not a whole file (U34)")
     if not data.strip():
         raise SecretInputError("the value is empty",
-                               f"printf '%s' \"$TOKEN\" | gpuroom secret push HOST {args.name}")
+                               f"printf '%s' \"$TOKEN\" | gpuroom secret push "
+                               f"{shlex.quote(args.host)} {args.name}")
     return data
 
 
@@ -79,10 +81,7 @@ def durable_paths(host: cfg.HostConfig) -> list[str]:
 
 async def _run(args: argparse.Namespace) -> int:
     config = load_config(args)
-    hosts = {h.name: h for h in config.effective_hosts()}
-    if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
+    host = host_config(config, args.host)
     if args.secret_cmd in ("push", "rm"):
         try:
             check_name(args.name)
@@ -93,7 +92,7 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         link = fleet.link(args.host)
         if args.secret_cmd == "push":
-            extra = [f"--not-under={p}" for p in durable_paths(hosts[args.host])]
+            extra = [f"--not-under={p}" for p in durable_paths(host)]
             result = await link.helper("secret", "push", *extra, "--", args.name, stdin=stdin)
         elif args.secret_cmd == "ls":
             result = await link.helper("secret", "ls")

@@ -54,7 +54,9 @@ def print_table(table: Table) -> None:
 
 def print_line(text: Plain, style: str = "", *, err: bool = False) -> None:
     """One line outside a table (a warning, a headline, an answer), inert like a cell; on
-    stderr with ``err`` (a failed action's one line, as README's "When something fails")."""
+    stderr with ``err`` (a failed action's one line, as README's "When something fails").
+    Soft-wrapped: the terminal folds a long line, rich inserts no newline, so a command in
+    a fix (a fingerprint, a path) is copied whole."""
     from rich.console import Console
 
-    Console(stderr=err).print(inert((text, style)))
+    Console(stderr=err).print(inert((text, style)), soft_wrap=True)

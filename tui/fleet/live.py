@@ -39,8 +39,8 @@ from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job as JobView
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.snapshot import load_answer, read_log_doc, read_queue_view
-from gpuroom.tui.transport.link import HostLink, LinkError
+from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.transport.link import HostKeyError, HostLink, LinkError
 from gpuroom.tui.transport.localcode import read_tree
 from gpuroom.tui.transport.pull import take_manifest
 
@@ -110,8 +110,9 @@ class Recorder:
         self._f.close()
 
 
-def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
-    """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert."""
+def _queue_refusal(stdout: bytes, host: str) -> tuple[str, str | None] | None:
+    """(error, fix) of a queue verb's JSON answer ``{"ok": false, ...}``, made inert, the
+    fix naming ``host``."""
     try:
         doc = load_answer(stdout)
     except ValueError:
@@ -119,7 +120,8 @@ def _queue_refusal(stdout: bytes) -> tuple[str, str | None] | None:
     if not isinstance(doc, dict) or doc.get("ok") is not False or not doc.get("error"):
         return None
     fix = doc.get("fix")
-    return sanitize_line(str(doc["error"])), sanitize_line(str(fix)) if fix else None
+    return sanitize_line(str(doc["error"])), \
+        sanitize_line(for_host(str(fix), host)) if fix else None
 
 
 class Fleet(PendingLedger):
@@ -254,6 +256,8 @@ class Fleet(PendingLedger):
                 state.polls_failed += 1
                 # Its text may quote the box (stderr, a disconnect reason): made inert once here.
                 state.error = sanitize_line(str(exc))
+                state.host_key = None if not isinstance(exc, HostKeyError) else \
+                    "changed" if exc.changed else "unknown"
                 age = state.age_s(self.clock())
                 if age is not None and age < self.config.settings.down_after_s:
                     state.state = LinkState.STALE
@@ -264,6 +268,7 @@ class Fleet(PendingLedger):
                 state.polls_ok += 1
                 state.state = LinkState.UP
                 state.error = None
+                state.host_key = None
                 state.snapshot = snapshot
                 state.last_ok = state.last_try
                 view = state.view  # parsed here, once; the panes read the same view
@@ -522,7 +527,7 @@ class Fleet(PendingLedger):
         if result.rc != 0:
             # The queue answers a refusal in its JSON (a full disk: the cause and the fix);
             # that beats "exit 1" with an empty stderr.
-            answer = _queue_refusal(result.stdout)
+            answer = _queue_refusal(result.stdout, host)
             if answer is not None:
                 raise LinkError(host, f"queue {args[0]} failed: {answer[0]}", fix=answer[1])
             raise LinkError(host, f"queue {args[0]} failed ({result.failure()})")

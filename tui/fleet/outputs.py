@@ -6,6 +6,7 @@ move through tui/transport/pull.py over the host's link.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,24 @@ def result_lines(jid: str, result: PullResult) -> list[str]:
     if not result.manifest_complete:
         lines.append(f"{jid}: manifest cut ({result.manifest_reason}): pull again")
     return [sanitize_line(line) for line in lines]
+
+
+def pull_fix(host: str, results: Sequence[tuple[str, PullResult]]) -> str:
+    """What to do about pulls that did not bring everything home, by what went wrong: a
+    refused file (a symlink, a path outside the pull dir) is never pulled again, a failed or
+    cut transfer is, and resumes."""
+    bad = [r for _, r in results if not r.ok]
+    refused = any(f.status == "refused" for r in bad for f in r.files)
+    again = any(not r.manifest_complete or any(f.status == "failed" for f in r.files)
+                for r in bad)
+    fixes = []
+    if again:
+        fixes.append(f"P (or gpuroom pull {shlex.quote(host)}) again: it resumes; a file still "
+                     "being written differs until its job stops writing it")
+    if refused:
+        fixes.append("a symlink or a path outside the pull dir is never pulled: remove it from "
+                     "the job's checkpoint dir on the box, then pull again")
+    return "; ".join(fixes)
 
 
 class PullRecords:

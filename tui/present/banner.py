@@ -4,6 +4,7 @@ finding explains, ranked together so no critical item waits behind a warning."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ class Danger:
     level: Level
     host: str
     text: str
+    fix: str = ""  # the command that says more, with the real host and job
 
 
 def failed_job_dangers(hosts: Iterable[HostState], now: float,
@@ -39,7 +41,9 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
             code = (f" exit {j.exit_code}" if j.exit_code is not None
                     else f" by {j.signal}" if j.signal else "")
             out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
-                                              f"{j.state}{code}"))
+                                              f"{j.state}{code}",
+                              "read its log: gpuroom queue logs "
+                              f"{shlex.quote(h.name)} {shlex.quote(j.id)}"))
     return out
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.sanitize import sanitize_line
 
 NA = "-"  # a value the box did not report
@@ -161,18 +160,3 @@ def fmt_cut(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: max(0, width - 1)] + "…"
-
-
-def fmt_cut_keeping_fix(text: str, width: int) -> str:
-    """Like fmt_cut, but an error's "Fix: ..." clause (gpuroom.tui.errors) is never the part
-    that is cut: the message before it gives way first."""
-    if len(text) <= width:
-        return text
-    message, mark, fix = text.partition(FIX_CLAUSE)
-    if not mark:
-        return fmt_cut(text, width)
-    tail = mark + fix
-    room = width - len(tail)
-    if room < 8:  # not even the start of the message fits beside the fix
-        return fmt_cut(text, width)
-    return fmt_cut(message, room) + tail

@@ -29,7 +29,7 @@ from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
-from gpuroom.tui.fleet.outputs import result_lines
+from gpuroom.tui.fleet.outputs import pull_fix, result_lines
 from gpuroom.tui.model import HostState, LinkState, PendingAction
 from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
 from gpuroom.tui.present.box import BoxHistory
@@ -822,12 +822,19 @@ class GpuroomApp(MoveKey):
             return
         bad = [(jid, r) for jid, r in results if not r.ok]
         files = sum(len(r.files) for _, r in results)
+        # Home, but the load check (an extra) refused or failed: each line carries its fix.
+        unloaded = [(jid, f) for jid, r in results for f in r.load_failed]
         if bad:
             detail = "; ".join(sanitize_line(line) for jid, r in bad
                                for line in result_lines(jid, r)[:3])
-            self.notify(f"pull from {host}: {len(bad)} job(s) not verified: {detail}. Fix: "
-                        "P again resumes; a file that keeps changing is still being written",
-                        severity="error", timeout=30)
+            self.notify(with_fix(f"pull from {host}: {len(bad)} job(s) not verified: {detail}",
+                                 pull_fix(host, results)), severity="error", timeout=30)
+        elif unloaded:
+            detail = "; ".join(sanitize_line(f"{jid}/{f.path}: {f.load_error}")
+                               for jid, f in unloaded[:2])
+            self.notify(f"pulled {files} file(s) from {host}, all exact copies (T shows the "
+                        f"gate); {len(unloaded)} failed the load check: {detail}",
+                        severity="warning", timeout=30)
         else:
             self.notify(f"pulled {files} file(s) of {len(results)} job(s) from {host}, all "
                         "verified; T shows the gate", timeout=10)

@@ -72,8 +72,9 @@ class GateScreen(ModalScreen[bool]):
                 yield Label("No teardown_command in hosts.toml: stop the box yourself "
                             "(gpuroom never stops, destroys or deletes anything).", markup=False)
             else:
-                yield Label("Pull (P) and verify what is missing first; the teardown is "
-                            "offered only when every item holds.", markup=False)
+                yield Label("Each unchecked item says what is missing (P pulls what is not "
+                            "home); the teardown is offered only when every item holds.",
+                            markup=False)
 
     def on_mount(self) -> None:
         if self.query("#confirm"):

@@ -19,12 +19,19 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES
+from gpuroom.tui.errors import FIX_CLAUSE
 from gpuroom.tui.model import HeldFailover, HostState, LinkState, Move
 from gpuroom.tui.present.format import fmt_bytes, fmt_duration, fmt_number, fmt_text, fmt_utc
 from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
 from gpuroom.tui.rules.drift import LocalCode, drift_findings, tree_drift_findings
-from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity, path_under
+from gpuroom.tui.rules.finding import (
+    SEVERITY_RANK,
+    Finding,
+    Severity,
+    fix_for,
+    path_under,
+)
 from gpuroom.tui.rules.job_leftovers import leftover_findings
 from gpuroom.tui.rules.money import (
     Recall,
@@ -125,8 +132,10 @@ FIX = {
     "SLURM5": "requeue territory: requeue the job (--requeue, or relaunch it) and resume from "
               "the last checkpoint, which must be on the shared FS (/scratch/$USER): "
               "node-local $TMPDIR is wiped when the job ends",
+    "T6": "check the fingerprint with your provider; the error names the command that trusts "
+          "it",
     "U44": "read the error: until it is fixed, what that part of the box would show is unseen; "
-           "`gpuroom probe HOST` prints the helper's own report (errors[].trace)",
+           "`gpuroom probe {host}` prints the helper's own report (errors[].trace)",
 }
 
 # U44 for the kernel log: what makes dmesg readable to the helper's user.
@@ -135,11 +144,11 @@ KERNEL_BLIND_FIX = ("as root on the box: sysctl -w kernel.dmesg_restrict=0 (pers
                     "allows neither leaves Xid and OOM detection off")
 # A kill the queue recorded as asked for: nothing to diagnose.
 KILLED_FIX = ("nothing to diagnose, the kill was asked for: relaunch it (R, or gpuroom queue "
-              "relaunch HOST JOB) if it should run again")
+              "relaunch {host} {job}) if it should run again")
 
 
 def _finding(fid: str, severity: Severity, host: str, title: str, seen: str) -> Finding:
-    return Finding(fid, severity, host, title, seen, FIX[fid])
+    return Finding(fid, severity, host, title, seen, fix_for(FIX[fid], host))
 
 
 # ------------------------------------------------------------------------------- readers
@@ -175,10 +184,18 @@ def _log_size(job: Job) -> float | None:
 # ------------------------------------------------------------------------------- link
 
 def link_findings(host: str, link: LinkState, error: str | None,
-                  age_s: float | None) -> list[Finding]:
-    """GEN8 / U3's separate trap: the poll failed, which says nothing about the job."""
+                  age_s: float | None, host_key: str | None = None) -> list[Finding]:
+    """GEN8 / U3's separate trap: the poll failed, which says nothing about the job. A poll
+    refused at the box's host key (T6) says so: the user has a key to check, not a link."""
     if link is LinkState.UP:
         return []
+    if host_key is not None:
+        message, _, fix = (error or "").partition(FIX_CLAUSE)
+        changed = host_key == "changed"
+        return [Finding("T6", "critical" if changed else "warn", host,
+                        "host key CHANGED: refused until you check it" if changed else
+                        "unknown host key: refused until you check and trust it",
+                        message or "no answer", fix or FIX["T6"])]
     age = f"last good snapshot {fmt_duration(age_s)} ago" if age_s is not None else "never answered"
     return [_finding(
         "GEN8", "warn", host,
@@ -248,7 +265,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
         if ended is not None and ended.end_reason == "killed":
             # The queue's own record (kill_requested answered by killed) is the strongest
             # evidence there is: no OOM or signal guess may replace it.
-            out.append(_killed_finding(host, label, ended))
+            out.append(_killed_finding(host, old.id, label, ended))
             continue
         old_a = _attempt(old)
         pid = old_a.pid if old_a is not None else None
@@ -287,7 +304,7 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
     return out
 
 
-def _killed_finding(host: str, label: str, ended: Attempt) -> Finding:
+def _killed_finding(host: str, job: str, label: str, ended: Attempt) -> Finding:
     """A job gpuroom killed because the user asked (queue kill, K)."""
     seen = ["the queue recorded a kill request and gpuroom's runner ended the job"]
     if ended.end is not None:
@@ -297,7 +314,7 @@ def _killed_finding(host: str, label: str, ended: Attempt) -> Finding:
     if ended.duration is not None:
         seen.append(f"after {fmt_duration(ended.duration)}")
     return Finding("U3", "info", host, f"{label} was killed on request (by gpuroom)",
-                   " ".join(seen), KILLED_FIX)
+                   " ".join(seen), fix_for(KILLED_FIX, host, job))
 
 
 def _not_seen(kernel: Kernel | None) -> str:
@@ -326,7 +343,7 @@ def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None
         return _finding("U3", "info", host, f"{label} was cancelled (scancel)",
                         f"Slurm job {new.slurm_id} CANCELLED")
     if reason == "killed" and ended is not None:
-        return _killed_finding(host, label, ended)
+        return _killed_finding(host, new.id, label, ended)
     if signal:
         return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
                         f"{not_seen}: a manual kill (pkill matching more than intended) or an "
@@ -773,7 +790,8 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
              cpu_training_after_s: float | None = None,
              local: LocalCode | None = None,
              moves: Sequence[Move] = (),
-             held: Sequence[HeldFailover] = ()) -> list[Finding]:
+             held: Sequence[HeldFailover] = (),
+             host_key: str | None = None) -> list[Finding]:
     """Every finding for one host. ``prev`` is the last good snapshot before ``snap``;
     ``error`` and ``last_ok`` (the HostState's) word the GEN8 finding of a failed poll;
     ``recall`` is the room's memory beyond ``prev`` (watch.py); the price and the host's
@@ -790,7 +808,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     if link is not LinkState.UP or snap is None:
         age = now - last_ok if last_ok is not None else None
         return link_findings(host, link if link is not LinkState.UP else LinkState.DOWN,
-                             error, age) + move_findings(host, moves, now)
+                             error, age, host_key) + move_findings(host, moves, now)
     out = vanished_findings(host, prev, snap, recall)
     out += gpu_findings(host, prev, snap)
     out += stall_findings(host, prev, snap, after_s=stall_after_s, price_per_hour=price_per_hour)
@@ -853,7 +871,7 @@ def diagnose_fleet(states: Iterable[HostState], previous: Mapping[str, Snapshot 
                         price_per_hour=s.price_per_hour, stall_after_s=s.stall_after_s,
                         mtbf_s=s.mtbf_s, cpu_training_after_s=s.cpu_training_after_s,
                         local=s.local_code,
-                        moves=s.moved, held=s.held)
+                        moves=s.moved, held=s.held, host_key=s.host_key)
     return sort_findings(out)
 
 

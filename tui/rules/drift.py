@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuroom.remote.queue_events import ACTIVE_STATES
 from gpuroom.tui.present.format import fmt_text
-from gpuroom.tui.rules.finding import Finding
+from gpuroom.tui.rules.finding import Finding, fix_for
 from gpuroom.tui.snapshot import CodeFacts, Job, Snapshot
 
 SHOWN = 3
@@ -112,7 +112,7 @@ def code_verdict(job: Job, local: LocalCode) -> tuple[bool | None, list[str]]:
 
 
 TREE_FIX = ("push the tree to the box (git pull there, or rsync) and relaunch the job: "
-            "`gpuroom queue verify HOST JOB` says what differs")
+            "`gpuroom queue verify {host} {job}` says what differs")
 
 
 def tree_drift_findings(host: str, snap: Snapshot, local: LocalCode) -> list[Finding]:
@@ -125,5 +125,6 @@ def tree_drift_findings(host: str, snap: Snapshot, local: LocalCode) -> list[Fin
         if same is False:
             out.append(Finding("U42", "warn", host,
                                f"job {fmt_text(job.key)}: the box does not run your code",
-                               f"{'; '.join(lines)} (tree {fmt_text(local.tree)})", TREE_FIX))
+                               f"{'; '.join(lines)} (tree {fmt_text(local.tree)})",
+                               fix_for(TREE_FIX, host, job.id)))
     return out

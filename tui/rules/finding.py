@@ -6,11 +6,14 @@ all build findings without importing one another in a circle.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import Job
+from gpuroom.tui.snapshot import Job, for_host
+
+JOB_IN_FIX = "{job}"  # as HOST_IN_FIX: a fix table's text names the job the finding is about
 
 Severity = Literal["info", "warn", "critical"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warn": 1, "critical": 2}
@@ -27,6 +30,13 @@ class Finding:
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
+
+
+def fix_for(fix: str, host: str, job: str | None = None) -> str:
+    """``fix`` with the real host (and job) as shell words where its table text says {host}
+    ({job}): the user pastes it as it is."""
+    text = for_host(fix, host)
+    return text.replace(JOB_IN_FIX, shlex.quote(job)) if job is not None else text
 
 
 def job_label(job: Job) -> str:

@@ -11,6 +11,7 @@ so the two never disagree about a pull the user made.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from gpuroom.tui.rules.survival import WipedMount, wiped_by_destroy
 from gpuroom.tui.snapshot import RunDirs, Snapshot
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
+LOAD_ITEM = "checkpoints load-checked (an extra: an exact copy is home)"
+TORCH_EXTRA = "pip install 'gpuroom[torch]'"  # tui/transport/pull.py's, for the same advice
 
 
 @dataclass
@@ -128,6 +131,21 @@ def _destroyed(snapshot: Snapshot | None, jobs: Sequence[str],
     return out
 
 
+def _load_item(loaded: int, not_loaded: Sequence[str], failed: Sequence[str]) -> GateItem:
+    """The load check is an extra: the gate needs exact copies (the hash item), so this item
+    holds whatever it says, and says what was not checked or failed and what to do."""
+    parts = [f"{loaded} loaded on this machine"] if loaded else []
+    if failed:
+        parts.append("load check refused or failed (the box has the same bytes; `gpuroom pull` "
+                     "says why and what to do): " + "; ".join(failed[:5])
+                     + (f" (+{len(failed) - 5})" if len(failed) > 5 else ""))
+    if not_loaded:
+        parts.append("hash-verified, not load-verified: " + ", ".join(not_loaded[:5])
+                     + (f" (+{len(not_loaded) - 5})" if len(not_loaded) > 5 else "")
+                     + f" ({TORCH_EXTRA} on this machine, then pull again, to check them)")
+    return GateItem(LOAD_ITEM, True, "; ".join(parts) or "no .pt/.pth/.ckpt pulled")
+
+
 def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
              job_outputs: dict[str, list[dict[str, Any]] | None], *,
              expected_helper_sha: str | None = None,
@@ -143,7 +161,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     whose checkpoints there are not home is named with the mount (principle 4).
     """
     items = [_queue_item(snapshot)]
-    missing, stale, unverified, not_loaded = [], [], [], []
+    missing, stale, unverified, not_loaded, load_failed = [], [], [], [], []
+    loaded = 0
     pulled_files = 0
     not_home: list[str] = []  # jobs with a file on the box that is not home as it is there
     for job, entries in sorted(job_outputs.items()):
@@ -164,21 +183,26 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
             pulled_files += 1
             if got.get("verified_by") not in ("hash", "load"):
                 unverified.append(f"{job}/{path}")
-            if path.endswith(TORCH_SUFFIXES) and got.get("verified_by") != "load":
+            if not path.endswith(TORCH_SUFFIXES):
+                continue
+            if got.get("verified_by") == "load":
+                loaded += 1
+            elif got.get("load_error"):
+                load_failed.append(f"{job}/{path} ({str(got.get('load_error'))[:120]})")
+            else:
                 not_loaded.append(f"{job}/{path}")
     doomed = _destroyed(snapshot, not_home, wiped)
     detail = "not pulled: " + ", ".join(missing) if missing else f"{len(job_outputs)} jobs checked"
     if doomed:
         detail += "; the teardown destroys " + "; ".join(doomed[:5]) + (
-            f" (+{len(doomed) - 5})" if len(doomed) > 5 else "") + ": gpuroom pull HOST first"
+            f" (+{len(doomed) - 5})" if len(doomed) > 5 else "") + \
+            f": gpuroom pull {shlex.quote(host)} first"
     items.append(GateItem("every job's outputs pulled", not missing and not doomed, detail))
     bad_hash = stale + unverified
     items.append(GateItem("every pulled file hash-verified", not bad_hash and not missing,
                           "differs from the box or unverified: " + ", ".join(bad_hash[:5])
                           if bad_hash else f"{pulled_files} files match the box's sha256"))
-    items.append(GateItem("checkpoints load-verified", not not_loaded and not missing,
-                          "hash-verified, not load-verified: " + ", ".join(not_loaded[:5])
-                          if not_loaded else "every .pt/.pth/.ckpt loaded on this machine"))
+    items.append(_load_item(loaded, not_loaded, load_failed))
     items.append(gpu_work_item(snapshot))
     jobs = snapshot.jobs if snapshot is not None else ()
     items.append(outputs_item(jobs))

@@ -17,13 +17,14 @@ kept by watch.py) in; findings out.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuroom.profiles import Profile
-from gpuroom.remote.queue_events import ACTIVE_STATES, LIVE_STATES
+from gpuroom.remote.queue_events import ACTIVE_STATES, DEFAULT_QUEUE, LIVE_STATES
 from gpuroom.tui.present.format import fmt_duration
-from gpuroom.tui.rules.finding import Finding, Severity, job_label
+from gpuroom.tui.rules.finding import Finding, Severity, fix_for, job_label
 from gpuroom.tui.rules.stall import gpu_idle, job_gpus
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Job, KernelEvent, Snapshot
@@ -50,13 +51,19 @@ NO_GPU_FIX = ("the probe sees no GPU on a box you pay GPU prices for: check the 
               "(nvidia-smi), the container runtime, or re-rent; jobs asking for GPUs are refused "
               "at queue add until one is seen")
 STALE_RUNNING_FIX = ("the box rebooted under the job, which is no longer running: the queue's "
-                     "runner requeues it when it starts (gpuroom restarts a dead runner; "
-                     "gpuroom-remote queue start by hand); resume from the last checkpoint")
-DEAD_RUNNER_FIX = ("gpuroom starts the runner again at the next poll (it owns the queue's "
-                   "state; starting it is safe); by hand: gpuroom queue ls HOST, or "
-                   "gpuroom-remote queue start on the box")
-BOOT_HOOK_FIX = ("gpuroom queue boot-hook HOST installs an @reboot crontab entry that starts "
+                     "runner requeues it when it starts (the room restarts a dead runner; by "
+                     "hand: gpuroom queue start {host}); resume from the last checkpoint")
+DEAD_RUNNER_FIX = ("the room starts the runner again at the next poll (it owns the queue's "
+                   "state; starting it is safe); by hand: gpuroom queue start {host}")
+BOOT_HOOK_FIX = ("gpuroom queue boot-hook {host} installs an @reboot crontab entry that starts "
                  "the runner again after a reboot")
+def _queue_fix(fix: str, queue: str | None) -> str:
+    """A fix naming `gpuroom queue start HOST` for a queue other than the default one."""
+    if not queue or queue == DEFAULT_QUEUE:
+        return fix
+    return f"{fix} --queue {shlex.quote(queue)}"
+
+
 LOG_FIX = {
     "U10": "GPU memory, not host RAM: lower the batch (or accumulate gradients), free the card "
            "of other processes, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
@@ -237,7 +244,7 @@ def reboot_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[
             out.append(Finding(
                 "GEN6", "critical", host, f"{job_label(job)} is not running: the box rebooted",
                 f"the queue says {job.state} since boot {_line(a.boot_id[:8], '?')}; the box "
-                f"is now boot {_line(boot[:8], '?')}", STALE_RUNNING_FIX))
+                f"is now boot {_line(boot[:8], '?')}", fix_for(STALE_RUNNING_FIX, host)))
     queues = snap.queue.queues if snap.queue is not None else ()
     survives = profile is not None and profile.kind == "ssh"
     for q in queues:
@@ -249,12 +256,13 @@ def reboot_findings(host: str, snap: Snapshot, profile: Profile | None) -> list[
             out.append(Finding(
                 "GEN6", "warn", host, f"queue {_line(q.name, '?')}: its runner is dead",
                 f"{len(live)} job(s) queued or running with no runner: "
-                + _line(", ".join(j.id for j in live[:4]), "?"), DEAD_RUNNER_FIX))
+                + _line(", ".join(j.id for j in live[:4]), "?"),
+                _queue_fix(fix_for(DEAD_RUNNER_FIX, host), q.name)))
         if survives and q.runner.reboot_hook is False:
             out.append(Finding(
                 "GEN6", "info", host, f"queue {_line(q.name, '?')}: no @reboot entry",
                 "a reboot of this box leaves the queue stopped until a runner is started",
-                BOOT_HOOK_FIX))
+                fix_for(BOOT_HOOK_FIX, host)))
     return out
 
 

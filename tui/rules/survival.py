@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from gpuroom.profiles import Profile
 from gpuroom.remote.queue_events import ACTIVE_STATES, preempt_over
 from gpuroom.tui.present.format import fmt_text, fmt_utc
-from gpuroom.tui.rules.finding import Finding, path_under
+from gpuroom.tui.rules.finding import Finding, fix_for, path_under
 from gpuroom.tui.snapshot import Snapshot
 
 FIX = ("the cloud takes the box in seconds: the jobs were sent SIGUSR1 to save; pull the "
-       "newest checkpoint now (gpuroom pull HOST), then re-rent and relaunch: the job resumes "
+       "newest checkpoint now (gpuroom pull {host}), then re-rent and relaunch: the job resumes "
        "from it")
 
 
@@ -41,7 +41,7 @@ def preempt_findings(host: str, snap: Snapshot, now: float) -> list[Finding]:
                 f"{fmt_utc(notice.at) if notice.at is not None else 'unknown time'}; "
                 f"SIGUSR1 sent to {notice.signalled or 0} running job(s) of queue "
                 f"{fmt_text(queue.name)}")
-        out.append(Finding("U45", "critical", host, title, seen, FIX))
+        out.append(Finding("U45", "critical", host, title, seen, fix_for(FIX, host)))
     return out
 
 
@@ -100,8 +100,9 @@ def ckpt_survival_findings(host: str, snap: Snapshot, profile: Profile | None) -
             f"job {fmt_text(job.key)}: checkpoints on a disk a stop wipes",
             f"{fmt_text(path)} is under none of {', '.join(wanted)} ({name}: "
             f"{'only these survive' if len(wanted) > 1 else 'only it survives'} a stop)",
-            f"relaunch with --durable-dir {wanted[0]}/runs (or gpuroom queue config HOST "
-            f"--durable-dir {wanted[0]}/runs for every job) so GPUROOM_CKPT_DIR is there"))
+            fix_for(f"relaunch with --durable-dir {wanted[0]}/runs (or gpuroom queue config "
+                    f"{{host}} --durable-dir {wanted[0]}/runs for every job) so "
+                    "GPUROOM_CKPT_DIR is there", host)))
     return out
 
 

@@ -92,7 +92,7 @@ class FleetWatch:
                                 stall_after_s=h.stall_after_s, mtbf_s=h.mtbf_s,
                                 cpu_training_after_s=h.cpu_training_after_s,
                                 local=h.local_code,
-                                moves=h.moved, held=h.held)
+                                moves=h.moved, held=h.held, host_key=h.host_key)
         if up and snap is not None:
             self.tracker.feed(h.name, snap, h.last_ok if h.last_ok is not None else now,
                               h.stall_after_s)

@@ -101,6 +101,11 @@ class RemoteFileRefused(RemoteFileError):
 class HostKeyError(LinkError):
     """The box's host key is unknown or changed: refused, never silently trusted."""
 
+    def __init__(self, host: str, message: str, *, fix: str | None = None,
+                 changed: bool = False) -> None:
+        super().__init__(host, message, fix=fix)
+        self.changed = changed
+
 
 class UploadError(Exception):
     """Putting a file on the box failed: at which step (naming the file) and the error."""
@@ -550,7 +555,7 @@ async def _host_key_error(host: str, alias: str, config: Any) -> HostKeyError:
         msg = (f"host key of {alias} ({target}) is not in {known_file}: "
                f"{key_type} {fingerprint}")
         fix = f"check the fingerprint with your provider, then trust it: {trust}"
-    return HostKeyError(host, msg, fix=fix)
+    return HostKeyError(host, msg, fix=fix, changed=changed)
 
 
 def remote_command(argv: list[str]) -> str:

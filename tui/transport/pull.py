@@ -10,7 +10,10 @@ Order per file (the teardown gate trusts only what this module recorded):
   NAME only on a match. A mismatch, or a file that shrank or vanished mid-fetch, re-takes the
   box's entry for that file and re-fetches from zero once (a file that changed during the
   pull is fetched again, never mixed); a second mismatch is a failure and leaves no NAME.
-  Then torch files are load-tested on the jump host when torch is there.
+A file whose sha256 is the box's is home: an exact copy, what the teardown gate needs. Then,
+as an extra, torch files are load-checked on the jump host when torch is there (weights_only
+plus a short allow-list, remote/checkpoint.py SAFE_GLOBAL_NAMES); a file that fails it is
+still home (the box has the same bytes) and the failure is said with what to do.
 Verified pulls land in ``user_state_dir("gpuroom")/pulls.json``, written atomically, so the
 gate survives restarts.
 """
@@ -57,6 +60,9 @@ from gpuroom.tui.transport.openssh_sftp import OpenSshSftp, SessionUnavailable
 
 TORCH_SUFFIXES = (".pt", ".pth", ".ckpt")
 LOAD_TEST_TIMEOUT_S = 600.0  # a multi-GB checkpoint loads in tens of seconds on a laptop
+TORCH_EXTRA = "pip install 'gpuroom[torch]'"  # what adds the load check to a jump host
+NO_TORCH = (f"hash-verified, not load-verified: torch is not installed here ({TORCH_EXTRA} "
+            "adds the load check; the exact copy counts as home without it)")
 MANIFEST_TIMEOUT_S = 300.0
 HASH_CHUNK = 1 << 20
 TAIL_HASH_CHUNK = 4 << 20  # the hasher thread's pread size: few GIL hand-offs per GiB
@@ -101,6 +107,7 @@ class FileResult:
     status: str = "pending"  # verified | failed | refused | skipped
     verified_by: str | None = None  # hash | load
     detail: str = ""
+    load_error: str = ""  # the load check failed on an exact copy: what it said, and the fix
     bytes_transferred: int = 0
     via: str = ""  # sftp | rsync: what moved the bytes of the last fetch
 
@@ -123,8 +130,14 @@ class PullResult:
 
     @property
     def ok(self) -> bool:
+        """Every file home (sha256 the box's) and nothing refused; a failed load check does
+        not change that."""
         return not self.refused and self.manifest_complete and \
             all(f.status == "verified" for f in self.files)
+
+    @property
+    def load_failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.load_error]
 
     @property
     def failures(self) -> list[FileResult]:
@@ -292,12 +305,22 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-async def load_test(path: Path) -> tuple[bool, str]:
-    """Load a checkpoint in a subprocess (weights_only): a crash or hang stays out of the TUI.
+def _load_fix(kind: str, refused: list[str]) -> str:
+    """What to do about a failed load check of an exact copy (the box has the same bytes, so
+    pulling again cannot help)."""
+    if kind == "refused":
+        return (f"nothing, for the gate: the copy is exact and counts as home. To load it, allow "
+                f"{', '.join(refused) or 'that object'} yourself "
+                "(torch.serialization.add_safe_globals) only if you trust what wrote the file")
+    return ("the box has the same bytes, so pulling again cannot help: resume from an earlier "
+            "checkpoint, or have the job save this one again")
 
-    weights_only because these bytes come from a rented box: a full unpickle would run
-    whatever code the file holds, on the jump host.
-    """
+
+async def load_test(path: Path) -> tuple[bool, str]:
+    """Load a checkpoint in a subprocess (weights_only plus the trainers' allow-list): a crash
+    or hang stays out of the TUI. Never a full unpickle: these bytes come from a rented box,
+    and a full unpickle would run whatever code the file holds, on the jump host. A failure
+    comes back as what the check said, then its fix."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpuroom.remote.checkpoint", "verify", str(path), "--json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -310,12 +333,16 @@ async def load_test(path: Path) -> tuple[bool, str]:
         await proc.wait()
         raise
     if proc.returncode == 0:
-        return True, "torch.load(map_location='cpu', weights_only=True) OK"
+        return True, "loaded (weights_only with the trainers' allow-list)"
     try:
-        message = sanitize_line(str(load_answer(out.splitlines()[-1]).get("error")))
+        answer = load_answer(out.splitlines()[-1])
+        message = sanitize_line(str(answer.get("error")))
+        kind = str(answer.get("kind") or "corrupt")
+        refused = [sanitize_line(str(g)) for g in answer.get("refused") or []][:5]
     except (ValueError, IndexError, AttributeError):
-        message = last_words(err) or f"exit {proc.returncode}"
-    return False, f"load test failed: {message}"
+        message, kind, refused = last_words(err) or f"exit {proc.returncode}", "error", []
+    what = "load check refused" if kind == "refused" else "load check failed"
+    return False, f"{what}: {message}. Fix: {_load_fix(kind, refused)}"
 
 
 class _Meter:
@@ -880,21 +907,21 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
         if fr.status != "verified" or not fr.path.endswith(TORCH_SUFFIXES):
             continue
         if not do_load:
-            fr.detail = "hash-verified, not load-verified (no torch on this machine)"
+            fr.detail = "hash-verified, not load-verified (no torch here)"
             continue
         target = safe_local_path(local, fr.path)
         assert target is not None
         ok, detail = await load_test(target)
         if ok:
             fr.verified_by, fr.detail = "load", detail
-        else:
-            fr.status, fr.detail = "failed", detail
+        else:  # still home: an exact copy of what the box has
+            fr.detail = fr.load_error = detail
     notes = []
     if openssh is not None and openssh.session_error:
         notes.append(f"ssh's sftp session did not start, so big files came over the link "
                      f"instead: {openssh.session_error}")
-    if not do_load:
-        notes.append("hash-verified, not load-verified: torch is not importable here")
+    if not do_load and any(f.path.endswith(TORCH_SUFFIXES) for f in result.files):
+        notes.append(NO_TORCH)
     if rsync is not None and rsync.bwlimit_kbps is not None and any(
             f.via not in ("", "rsync") for f in result.files):
         notes.append("bandwidth cap not applied: rsync could not run on both ends, so files "
@@ -930,8 +957,10 @@ def record_pull(result: PullResult, path: Path | None = None) -> None:
     records = [r for r in load_records(p)
                if (r.get("host"), r.get("job"), r.get("dir")) !=
                (result.host, result.job, result.remote_dir)]
-    files: list[dict[str, Any]] = [{"path": f.path, "size": f.size, "sha256": f.sha256,
-              "verified_by": f.verified_by} for f in result.files if f.status == "verified"]
+    files: list[dict[str, Any]] = [
+        {"path": f.path, "size": f.size, "sha256": f.sha256, "verified_by": f.verified_by,
+         **({"load_error": f.load_error} if f.load_error else {})}
+        for f in result.files if f.status == "verified"]
     torch_files = [f for f in files if str(f["path"]).endswith(TORCH_SUFFIXES)]
     by_load = bool(torch_files) and all(f["verified_by"] == "load" for f in torch_files)
     records.append({"host": result.host, "job": result.job, "dir": result.remote_dir,

@@ -644,3 +644,34 @@ def test_the_save_time_is_recorded_beside_the_checkpoint_for_the_probe(tmp_path:
     (plain / "w.pt").write_bytes(b"x")  # a job that saves without the Checkpointer
     other = newest_checkpoint(str(plain))
     assert other is not None and other["save_s"] is None
+
+
+def test_verify_loads_what_trainers_write_and_refuses_code_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """HF Trainer's rng_state.pth (numpy's RandomState among torch's and python's) and a
+    Lightning ckpt with an argparse Namespace load; a global outside the allow-list is named
+    and never called."""
+    import argparse
+    import random
+
+    import numpy as np
+
+    torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
+                "cpu": torch.random.get_rng_state()}, tmp_path / "rng_state.pth")
+    torch.save({"state_dict": {"w": torch.ones(2)},
+                "hyper_parameters": {"args": argparse.Namespace(lr=0.1)}}, tmp_path / "l.ckpt")
+    for name in ("rng_state.pth", "l.ckpt"):
+        assert ckmod.main(["verify", str(tmp_path / name), "--json"]) == 0, capsys.readouterr()
+    marker = tmp_path / "ran"
+
+    class RunsCode:
+        def __reduce__(self) -> tuple[Any, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"x": RunsCode()}, tmp_path / "evil.pt")
+    capsys.readouterr()
+    assert ckmod.main(["verify", str(tmp_path / "evil.pt"), "--json"]) == 3
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["kind"] == "refused" and answer["refused"] == ["posix.system"], answer
+    assert "weights_only=False" not in answer["error"] and "--trust" not in answer["error"]
+    assert not marker.exists()

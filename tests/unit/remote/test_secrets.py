@@ -67,4 +67,4 @@ def test_a_job_whose_secret_is_gone_says_how_to_push_it(tmp_path: Path) -> None:
                        {"name": "B", "env": "B", "path": str(tmp_path / "B")}]}
     env, missing = secrets.secret_env(job)
     assert env == {"A_VAR": "va"}
-    assert len(missing) == 1 and "gpuroom secret push HOST B" in missing[0]
+    assert len(missing) == 1 and "gpuroom secret push, this host's name, B" in missing[0]

@@ -181,3 +181,31 @@ def test_an_exception_in_del_is_logged_not_printed(
                    f"{internal_log_path()}\n")
     assert "Leaky.__del__" in internal_log_path().read_text()
     assert sys.unraisablehook is before
+
+
+@pytest.mark.parametrize("verb", [["queue", "ls"], ["pull"], ["gate"], ["secret", "ls"],
+                                  ["probe"], ["doctor"]],
+                         ids=["queue", "pull", "gate", "secret", "probe", "doctor"])
+def test_local_after_adding_a_host_says_the_line_that_brings_it_back(
+        tmp_path: Path, verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Once hosts.toml names a box, `local` is no longer shown; `hosts add local` would make
+    an ssh host named local. The fix is the hosts.toml line that works, and it does."""
+    config = tmp_path / "hosts.toml"
+    config.write_text('[hosts.box]\nssh = "box"\n')
+    config.chmod(0o600)
+    assert cli.main(["--config", str(config), *verb, "local"]) == 2
+    err = capsys.readouterr().err
+    assert "Fix: add [hosts.local] with local = true to " in err, err
+    assert "hosts add local" not in err
+    config.write_text('[hosts.box]\nssh = "box"\n\n[hosts.local]\nlocal = true\n')
+    assert cli.main(["--config", str(config), "hosts", "list"]) == 0
+    assert "local\tlocal\t" in capsys.readouterr().out
+
+
+def test_an_unknown_host_says_the_command_that_adds_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "hosts.toml"
+    config.write_text('[hosts.box]\nssh = "box"\n')
+    config.chmod(0o600)
+    assert cli.main(["--config", str(config), "pull", "h100"]) == 2
+    assert "Fix: gpuroom hosts add h100" in capsys.readouterr().err

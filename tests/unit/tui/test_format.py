@@ -13,7 +13,6 @@ from gpuroom.tui.present.format import (
     fmt_bytes,
     fmt_count,
     fmt_cut,
-    fmt_cut_keeping_fix,
     fmt_duration,
     fmt_hours,
     fmt_mmss,
@@ -109,18 +108,6 @@ def test_every_cut_ends_in_an_ellipsis() -> None:
     assert fmt_cut("python train.py", 40) == "python train.py"
     cut = fmt_cut("python train.py --config a/very/long/path.yaml --lr 3e-4", 20)
     assert len(cut) == 20 and cut.endswith("…") and cut.startswith("python train.py --c")
-
-
-def test_an_errors_fix_is_never_the_part_cut() -> None:
-    error = ("box: cannot connect to 'box': [Errno 111] Connection refused by 10.0.0.7 port 22 "
-             "after 3 tries. Fix: check that the box is up and the alias is right (ssh box true)")
-    shown = fmt_cut_keeping_fix(error, 100)
-    assert len(shown) <= 100
-    assert shown.endswith(". Fix: check that the box is up and the alias is right (ssh box true)")
-    assert shown.startswith("box: cannot connect") and "…" in shown
-    assert fmt_cut_keeping_fix(error, len(error)) == error
-    # Too narrow for any of the message beside the fix: a plain cut, still marked.
-    assert fmt_cut_keeping_fix(error, 30).endswith("…")
 
 
 def test_status_keeps_a_long_errors_fix(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,10 +57,23 @@ def test_file_changed_on_box_since_pull_closes_the_gate() -> None:
     assert failing(result) == ["every pulled file hash-verified"]
 
 
-def test_hash_only_checkpoint_is_not_load_verified() -> None:
+def test_hash_only_checkpoint_is_home_and_said_not_load_verified() -> None:
+    """An exact copy is home: the gate opens without torch on the jump host, and says what
+    was not checked and the one command that adds the check."""
     result = evaluate("box", snap("succeeded"), [record(verified_by="hash")], outputs())
-    assert failing(result) == ["checkpoints load-verified"]
-    assert "model.pt" in result.items[3].detail
+    assert result.safe and failing(result) == []
+    detail = result.items[3].detail
+    assert "hash-verified, not load-verified: 1/model.pt" in detail
+    assert "pip install 'gpuroom[torch]'" in detail
+
+
+def test_a_failed_load_check_is_said_and_does_not_close_the_gate() -> None:
+    failed = record(verified_by="hash")
+    failed["files"][0]["load_error"] = "load check refused: holds posix.system"
+    result = evaluate("box", snap("succeeded"), [failed], outputs())
+    assert result.safe
+    assert "1/model.pt (load check refused: holds posix.system)" in result.items[3].detail
+    assert "loaded" in evaluate("box", snap("succeeded"), [record()], outputs()).items[3].detail
 
 
 def test_other_hosts_records_do_not_count_and_helper_drift_shows() -> None:

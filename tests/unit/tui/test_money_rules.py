@@ -274,7 +274,7 @@ def test_a_dead_runner_with_jobs_waiting_is_a_finding() -> None:
 def test_the_doctor_asks_for_a_boot_hook_where_the_box_survives_a_reboot() -> None:
     snap = _runner(rec.snapshot(T, jobs=[rec.job()]), alive=True, hook=False)
     (f,) = found(None, snap, "GEN6", profile=GENERIC)
-    assert f.severity == "info" and "gpuroom queue boot-hook HOST" in f.fix
+    assert f.severity == "info" and "gpuroom queue boot-hook h installs" in f.fix
     hooked = _runner(rec.snapshot(T, jobs=[rec.job()]), alive=True, hook=True)
     assert found(None, hooked, "GEN6", profile=GENERIC) == []
     assert found(None, snap, "GEN6", profile=load_profile("colab")) == []
