@@ -251,3 +251,22 @@ def test_hosts_import_without_an_ssh_config_is_an_error_naming_it(
     err = capsys.readouterr().err
     assert f"{missing} does not exist" in err and "Fix:" in err and "--ssh-config" in err
     assert not path.exists()
+
+
+@pytest.mark.attack("bad configuration", "a host key misspelled (price_per_hr): refused "
+                    "naming file, host and line, with the key it meant")
+def test_a_misspelled_host_key_is_a_config_error_that_says_the_key_it_meant(
+        tmp_path: Path) -> None:
+    p = write(tmp_path, '# my boxes\n[hosts.nubox]\nssh = "nubox"\nprice_per_hr = 2.5\n')
+    with pytest.raises(cfg.ConfigError) as caught:
+        cfg.load(p)
+    assert caught.value.message == (f"{p}: [hosts.nubox] line 4: unknown key price_per_hr, "
+                                 "did you mean price_per_hour")
+    assert caught.value.fix == "rename it to price_per_hour"
+
+
+def test_an_unknown_host_key_like_no_known_one_lists_the_known(tmp_path: Path) -> None:
+    p = write(tmp_path, '[hosts.nubox]\nssh = "nubox"\nzzz = 1\n')
+    with pytest.raises(cfg.ConfigError, match=r"unknown key zzz\. Fix: remove it") as caught:
+        cfg.load(p)
+    assert "known: code, cpu_training_after_min" in (caught.value.fix or "")
