@@ -15,7 +15,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import load_config, unknown_host
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.outputs import PullRecords
@@ -114,9 +114,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
     if args.host is not None and args.host not in names:
-        print(f"gpuroom: no host {args.host!r} in {config.path} (have: {', '.join(names)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise unknown_host(config, args.host)
     states = asyncio.run(_poll(config, args.host))
     now = time.time()
     findings, clocks = examine(states, now, PullRecords().current())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from gpuroom.tui import config as cfg
@@ -14,3 +15,17 @@ def load_config(args: argparse.Namespace, *, creating: bool = False) -> cfg.Conf
     for warning in config.warnings:
         print(f"gpuroom: warning: {warning}", file=sys.stderr)
     return config
+
+
+def unknown_host(config: cfg.Config, name: str, *, adding: bool = True) -> cfg.ConfigError:
+    """A host name hosts.toml does not have: most often a typo of one it has, said as such
+    ("did you mean nubox"), since `hosts add nubx` would only add the typo as a host.
+    ``adding``: a new host is a fix (every verb but a removal's)."""
+    names = [h.name for h in config.effective_hosts()]
+    have = f"(have: {', '.join(names)})"
+    near = difflib.get_close_matches(name, names, n=1)
+    if near:
+        return cfg.ConfigError(f"no host {name!r} in {config.path}; did you mean {near[0]}? "
+                               f"{have}", f"type {near[0]} instead of {name}")
+    return cfg.ConfigError(f"no host {name!r} in {config.path} {have}",
+                           f"gpuroom hosts add {name}" if adding else "gpuroom hosts list")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import load_config, unknown_host
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
@@ -117,9 +118,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     config = load_config(args)
     names = [h.name for h in config.effective_hosts()]
     if args.name not in names:
-        print(f"gpuroom: no host {args.name!r} in {config.path} (have: {', '.join(names)})",
-              file=sys.stderr)
-        return EXIT_USAGE
+        raise unknown_host(config, args.name)
 
     history = BoxHistory()
 
@@ -189,10 +188,9 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}"
               f"{_backed_up(cfg.save(config))}")
         return EXIT_OK
-    if args.hosts_cmd == "remove":
+    if args.hosts_cmd in ("remove", "rm"):
         if config.hosts.pop(args.name, None) is None:
-            print(f"gpuroom: no host {args.name!r} in {config.path}", file=sys.stderr)
-            return EXIT_USAGE
+            raise unknown_host(config, args.name, adding=False)
         print(f"removed {args.name} from {config.path}{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "import":
@@ -291,8 +289,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, one source of truth)."""
+    try:
+        return importlib.metadata.version("gpuroom")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuroom", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpuroom {_version()}")
     parser.add_argument("--config", metavar="PATH",
                         help=f"hosts.toml to use (default {cfg.default_config_path()})")
     parser.add_argument("--record", metavar="FILE",
@@ -318,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssh", help="ssh config alias (default: NAME)")
     p.add_argument("--profile", default=cfg.DEFAULT_PROFILE)
     p.add_argument("--price", type=float, default=None, help="price per hour")
-    p = hsub.add_parser("remove")
+    p = hsub.add_parser("remove", aliases=["rm"], help="remove a host (its comments and the "
+                        "others' stay; the previous file is kept as hosts.toml.bak)")
     p.add_argument("name")
     p = hsub.add_parser("import")
     p.add_argument("--ssh-config", help="ssh config to read (default ~/.ssh/config)")

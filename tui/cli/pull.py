@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import load_config, unknown_host
 from gpuroom.tui.errors import GpuroomError, describe
 from gpuroom.tui.fleet.live import Fleet, watched_mounts
 from gpuroom.tui.fleet.outputs import check_gate, pull_jobs, pull_root, result_lines
@@ -51,8 +51,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, cfg.HostConfig]:
     config = load_config(args)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
+        raise unknown_host(config, args.host)
     return Fleet(config), hosts[args.host]
 
 

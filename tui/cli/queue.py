@@ -20,7 +20,7 @@ import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.secrets import redact_env
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import load_config, unknown_host
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.live import Fleet
@@ -165,8 +165,7 @@ def _fleet(args: argparse.Namespace) -> tuple[Fleet, str]:
     config = load_config(args)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
+        raise unknown_host(config, args.host)
     return Fleet(config), queue_backend(hosts[args.host].profile)
 
 
@@ -276,8 +275,7 @@ async def _place(args: argparse.Namespace) -> int | None:
                                                    if h.strip()]
     unknown = [h for h in wanted if h not in hosts]
     if unknown:
-        raise cfg.ConfigError(f"no host {unknown[0]!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {unknown[0]}")
+        raise unknown_host(config, unknown[0])
     fleet = Fleet(config)
     try:
         states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))

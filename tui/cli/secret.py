@@ -20,7 +20,7 @@ from typing import Any
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.secrets import MAX_SECRET_BYTES, SecretError, check_name
-from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.cli.load import load_config, unknown_host
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
@@ -85,8 +85,7 @@ async def _run(args: argparse.Namespace) -> int:
     config = load_config(args)
     hosts = {h.name: h for h in config.effective_hosts()}
     if args.host not in hosts:
-        raise cfg.ConfigError(f"no host {args.host!r} in {config.path} "
-                              f"(have: {', '.join(hosts)})", f"gpuroom hosts add {args.host}")
+        raise unknown_host(config, args.host)
     if args.secret_cmd in ("push", "rm"):
         try:
             check_name(args.name)

@@ -181,3 +181,12 @@ def test_an_exception_in_del_is_logged_not_printed(
                    f"{internal_log_path()}\n")
     assert "Leaky.__del__" in internal_log_path().read_text()
     assert sys.unraisablehook is before
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"gpuroom {importlib.metadata.version('gpuroom')}\n"

@@ -270,3 +270,34 @@ def test_an_unknown_host_key_like_no_known_one_lists_the_known(tmp_path: Path) -
     with pytest.raises(cfg.ConfigError, match=r"unknown key zzz\. Fix: remove it") as caught:
         cfg.load(p)
     assert "known: code, cpu_training_after_min" in (caught.value.fix or "")
+
+
+def test_hosts_rm_removes_one_host_keeping_comments_and_a_backup(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`queue rm` exists, so `hosts rm` was tried and refused as an invalid choice."""
+    path = tmp_path / "hosts.toml"
+    text = ('# my boxes\n[hosts.nubox]  # the 4090\nssh = "nubox"\n\n'
+            '[hosts.old]\nssh = "old"  # returned\n')
+    path.write_text(text)
+    path.chmod(0o600)
+    assert main(["--config", str(path), "hosts", "rm", "old"]) == 0
+    assert path.read_text().rstrip("\n") == '# my boxes\n[hosts.nubox]  # the 4090\nssh = "nubox"'
+    assert path.with_name("hosts.toml.bak").read_text() == text
+    assert "hosts.toml.bak" in capsys.readouterr().out
+    assert main(["--config", str(path), "hosts", "rm", "nubx"]) == 2
+    err = capsys.readouterr().err
+    assert "no host 'nubx'" in err and "did you mean nubox?" in err and "hosts add" not in err
+
+
+@pytest.mark.parametrize("verb", [["queue", "ls", "nubx"], ["doctor", "nubx"],
+                                  ["probe", "nubx"], ["secret", "ls", "nubx"],
+                                  ["pull", "nubx"]])
+def test_a_misspelled_host_says_the_host_it_meant_not_hosts_add(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: list[str]) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.nubox]\nssh = "nubox"\n[hosts.h100]\nssh = "h100"\n')
+    path.chmod(0o600)
+    assert main(["--config", str(path), *verb]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean nubox?" in err and "Fix: type nubox instead of nubx" in err, err
+    assert "hosts add" not in err
