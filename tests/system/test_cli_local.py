@@ -90,3 +90,12 @@ def test_secret_verbs_print_words_and_a_table_and_json_on_asking(
     assert _run(capsys, local_box, "secret", "rm", "local", "WANDB") == \
         "local: secret WANDB removed\n"
     assert _run(capsys, local_box, "secret", "ls", "local").startswith("local: no secrets in ")
+
+
+def test_queue_add_any_on_a_cpu_fleet_says_only_gpus_0_helps(
+        local_box: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(local_box), "queue", "add", "any", "--", "true"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no host has 1 GPU(s): the most any has is 0" in err, err
+    assert "Fix: run it on the CPU: the same command with --gpus 0" in err, err
+    assert "wait" not in err

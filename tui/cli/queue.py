@@ -287,9 +287,13 @@ async def _place(args: argparse.Namespace) -> int | None:
     for line in placed.seen:
         print_line(f"  {line}", "dim", err=True)
     if placed.host is None:
-        print_line(with_fix(f"gpuroom queue add: {placed.why}",
-                            "wait, ask for fewer GPUs or less VRAM, or name a host"),
-                   "red", err=True)
+        if placed.most_gpus == 0:  # a CPU fleet: no wait brings a GPU
+            fix = "run it on the CPU: the same command with --gpus 0"
+        elif placed.most_gpus is not None:
+            fix = f"ask for at most --gpus {placed.most_gpus}, or add a bigger host"
+        else:
+            fix = "wait, ask for fewer GPUs or less VRAM, or name a host"
+        print_line(with_fix(f"gpuroom queue add: {placed.why}", fix), "red", err=True)
         return 1
     print_line(placed.why, err=bool(args.json))
     args.host = placed.host

@@ -97,3 +97,18 @@ def test_queue_edit_options_after_the_job_are_options(cli: list[str], env: list[
     assert job_argv(args) == argv
     assert job_argv(args) == argv  # a second read parses nothing again (no --env twice)
     assert (args.env, args.gpus, args.job) == (env, gpus, "j3")
+
+
+def test_a_fleet_with_fewer_gpus_than_asked_says_waiting_will_not_help() -> None:
+    """On a CPU fleet `queue add any` said "wait", where only --gpus 0 can run the job."""
+    cpu = choose_host([up("cpu-a"), up("cpu-b")], gpus=1, vram_mib=None)
+    assert (cpu.host, cpu.most_gpus) == (None, 0)
+    assert cpu.why == "no host has 1 GPU(s): the most any has is 0"
+    small = choose_host([up("one", gpu(0, 0)), up("two", gpu(0, 0), gpu(1, 0))], gpus=4,
+                        vram_mib=None)
+    assert (small.host, small.most_gpus) == (None, 2)
+    # A host that did not answer may have the GPUs: then it is a wait after all.
+    gone = Candidate("gone", LinkState.DOWN, None, "timed out")
+    assert choose_host([up("cpu-a"), gone], gpus=1, vram_mib=None).most_gpus is None
+    busy = choose_host([up("busy", gpu(0, 20000, "C"))], gpus=1, vram_mib=None)
+    assert (busy.most_gpus, busy.why) == (None, "no host has 1 GPU(s) free right now")
