@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
+    from gpuroom.tui.cli.push import add_cli as add_push_cli
+
+    add_push_cli(sub)
     from gpuroom.tui.cli.secret import add_cli as add_secret_cli
 
     add_secret_cli(sub)

@@ -441,7 +441,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     """The box's answer to add/config/kill/relaunch: JSON with --json, else one line."""
-    if args.json:
+    if getattr(args, "json", False):  # verify has no --json: its refusal is a line too
         print(json.dumps(doc))
     else:
         ok = bool(doc.get("ok"))

@@ -805,8 +805,9 @@ def _openssh_trust(ssh_config: Path | None, alias: str) -> list[str]:
         return []  # a config asyncssh cannot read fails the link itself, in its own words
     known = options.known_hosts
     files = None if known is None else [str(f) for f in known] if isinstance(known, list) else []
-    identities = options.config.get("IdentityFile") or []
-    return trust_options(files, [str(k) for k in identities])
+    identities = options.config.get("IdentityFile")
+    return trust_options(files, [str(k) for k in identities]
+                         if isinstance(identities, (list, tuple)) else [])
 
 
 # ============================================================================================
@@ -1014,6 +1015,23 @@ class PushIO:
                     isinstance(exc, asyncssh.SFTPConnectionLost):
                 await self.link._drop()
             raise LinkError(self.link.name, f"copying {local.name} to {remote_final} failed: "
+                            f"{_describe(exc)}") from exc
+
+    async def makedirs(self, remote_dir: str) -> None:
+        """Create ``remote_dir`` and its parents (relative: under the login's home)."""
+        try:
+            transport = await asyncio.wait_for(self.link._connect(),
+                                               self.link._connect_deadline())
+            if isinstance(transport, SshTransport):
+                async with transport._conn.start_sftp_client() as sftp:
+                    await sftp.makedirs(remote_dir, exist_ok=True)
+            else:
+                (Path.home() / Path(remote_dir).expanduser()).mkdir(parents=True, exist_ok=True)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            if isinstance(exc, asyncssh.SFTPConnectionLost) or \
+                    not isinstance(exc, (OSError, asyncssh.SFTPError)):
+                await self.link._drop()
+            raise LinkError(self.link.name, f"creating {remote_dir} failed: "
                             f"{_describe(exc)}") from exc
 
     async def remove(self, remote_path: str) -> bool:
