@@ -48,7 +48,7 @@ from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
 )
-from gpuroom.tui.present.log import chunk_of, log_chunk, log_key
+from gpuroom.tui.present.log import chunk_of, last_error_line, log_chunk, log_key
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -77,6 +77,7 @@ from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
+from gpuroom.widgets.errorline import LastErrorLine
 from gpuroom.widgets.gpu import GpuPanel
 from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.logtail import LogTail
@@ -272,6 +273,7 @@ class GpuroomApp(MoveKey):
             yield QueueTable(id="queue")
             yield GpuPanel(id="gpu")
         with Horizontal(id="row2"):
+            yield LastErrorLine(id="logerror")
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
         self._footer = Footer()
@@ -281,6 +283,7 @@ class GpuroomApp(MoveKey):
 
     def on_resize(self) -> None:
         self._fit_footer()
+        self.call_after_refresh(self._show_error_line)  # once the log pane has its new width
 
     def _fit_footer(self) -> None:
         """The footer, or where it would lose keys off its end (q quit went first), one line
@@ -507,6 +510,14 @@ class GpuroomApp(MoveKey):
         chunk = log_chunk(h.view, job.id)
         if chunk is not None:
             log.append_chunk(chunk)
+        self._show_error_line()
+
+    def _show_error_line(self) -> None:
+        """The log's last error line in full below the panes, where the log pane cuts it."""
+        log = self.query_one(LogTail)
+        width = log.scrollable_content_region.width
+        line = last_error_line(list(log.lines), width) if log.source and width else None
+        self.query_one(LastErrorLine).line = f"{log.source}: {line}" if line else ""
 
     def _select(self, host: str) -> None:
         self.selected_host = host
