@@ -99,3 +99,14 @@ def test_queue_add_any_on_a_cpu_fleet_says_only_gpus_0_helps(
     assert "no host has 1 GPU(s): the most any has is 0" in err, err
     assert "Fix: run it on the CPU: the same command with --gpus 0" in err, err
     assert "wait" not in err
+
+
+def test_watch_says_at_start_what_it_watches(
+        local_box: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuroom watch` printed nothing until its first outcome: a watch that seemed idle."""
+    local_box.write_text("[settings]\npoll_interval_s = 2\n[hosts.local]\nlocal = true\n"
+                         "[hosts.other]\nlocal = true\nmirror = true\n")
+    assert main(["--config", str(local_box), "watch", "--duration", "3"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("gpuroom watch: local (mirror off), other (mirror on); polled every 2s, "
+                      "--failover jobs moved after 600s down; for 3s"), err
