@@ -318,12 +318,27 @@ class GpuroomApp(MoveKey):
         replay's clock moves on."""
         if self.replay is not None:
             self.query_one("#replay", Static).update(self._replay_text())
+        self._reload_config()
         if all(h.state is LinkState.UP for h in self.fleet.hosts()):
             return
         self._schedule_fleet_panes()
         h = self.host(self.selected_host)
         if h is not None and h.state is not LinkState.UP:
             self._refresh_host_panes()
+
+    def _reload_config(self) -> None:
+        """An edited hosts.toml takes effect in the room (a stat a tick; read when it
+        changed); a file that does not validate is said, and the old one stays in use."""
+        reload = self.fleet.reload_config()
+        if reload is None:
+            return
+        self.notify(reload.text, severity="error" if reload.error else "information",
+                    timeout=30 if reload.error else 8)
+        if reload.error is None:
+            names = [h.name for h in self.fleet.hosts()]
+            if self.selected_host not in names and names:
+                self._select(names[0])
+            self._schedule_fleet_panes()
 
     @work(group="fleet")
     async def _run_fleet(self) -> None:
