@@ -67,7 +67,7 @@ def check_dest(dest: str) -> str:
     """DEST as the user wrote it, refused where it can only be a slip: empty, or the root."""
     if not dest.strip() or dest.strip().rstrip("/") == "" or "\0" in dest:
         raise DestError(f"refusing to push to {dest!r}: not a directory to fill",
-                            "name the box's directory, e.g. ~/proj or /workspace/proj")
+                        "name the box's directory, e.g. ~/proj or /workspace/proj")
     return dest
 
 
