@@ -11,7 +11,13 @@ import json
 import sys
 from typing import Callable, Dict, List, Optional
 
-from . import __version__, selfhash
+from . import __version__, selfexit, selfhash
+
+# How long a one-shot verb may live on the box, whatever it is stuck on; the jump side gave
+# up long before. Verbs not listed bound themselves (manifest, queue's read verbs, serve per
+# request) or are meant to run long (the queue's runner and job wrapper).
+ONE_SHOT_DEADLINE_S = {"probe": 60.0, "version": 30.0, "du": 900.0, "rundirs": 300.0,
+                       "secret": 120.0, "preempt": 120.0}
 
 
 def _cmd_probe(argv: List[str]) -> int:
@@ -78,4 +84,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         known = ", ".join(sorted(COMMANDS))
         sys.stderr.write(f"gpuroom-remote: unknown command {name!r} (known: {known})\n")
         return 2
+    if name in ONE_SHOT_DEADLINE_S:
+        selfexit.exit_after(ONE_SHOT_DEADLINE_S[name])
     return command(rest)

@@ -27,6 +27,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import selfexit
+from .safeopen import open_regular, special_kind
+
 SCHEMA = 1
 DEFAULT_MAX_FILES = 100000
 DEFAULT_DEADLINE_S = 120.0
@@ -78,7 +81,7 @@ class _Cut(Exception):
 
 def _hash_file(path: str, deadline: float) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while True:
             chunk = f.read(HASH_CHUNK)
             if not chunk:
@@ -149,7 +152,8 @@ def build(root_arg: str, max_files: int = DEFAULT_MAX_FILES,
                 files.append({"path": rel, "kind": "symlink", "target": os.readlink(path)})
                 continue
             if not stat.S_ISREG(st.st_mode):
-                files.append({"path": rel, "kind": "other"})
+                files.append({"path": rel, "kind": "other",
+                              "reason": f"{special_kind(st.st_mode)} on the box"})
                 continue
             cached = cache.get(rel)
             if cached and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
@@ -198,6 +202,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--defer-above", type=int, default=None, metavar="BYTES",
                         help="list uncached files this big or bigger without hashing them")
     args = parser.parse_args(argv)
+    # Hashing stops itself at --deadline; a read stuck in the kernel does not.
+    selfexit.exit_after(max(args.deadline, 0.0) + 120.0)
     doc = build(args.dir, args.max_files, args.deadline, args.only, not args.no_cache,
                 defer_above=args.defer_above)
     sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")

@@ -52,7 +52,17 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from . import addcheck, drift, preempt, queue_slurm, secrets, slurm_telemetry, survive
+from . import (
+    addcheck,
+    drift,
+    jobmark,
+    preempt,
+    queue_slurm,
+    secrets,
+    selfexit,
+    slurm_telemetry,
+    survive,
+)
 from .checkpoint import SAVE_RECORD
 from .procstat import group_cpu_seconds
 from .queue_events import (
@@ -80,6 +90,7 @@ from .queue_runner import (
     runner_main,
     self_argv,
 )
+from .safeopen import open_regular
 
 __all__ = ["EXIT_RUNNER_BUSY", "collect", "main", "parse_tmux_ls", "runner_alive"]
 
@@ -87,7 +98,12 @@ LOG_CHUNK_MAX = 64 * 1024  # per job per probe request
 LOG_TAIL_DEFAULT = 8 * 1024  # without a cursor
 LS_JOB_LIMIT = 200
 CKPT_SCAN_LIMIT = 2000  # directory entries looked at per job per probe
+SAVE_RECORD_MAX = 64 * 1024  # the Checkpointer's note is a few dozen bytes
 RUNNER_START_WAIT_S = 5.0
+SURVIVORS_MAX = 20  # processes named per ended job
+# The verbs that only read: bounded as a whole, so one stuck on a job's file leaves the box.
+READ_VERBS = ("ls", "show", "logs")
+READ_VERB_DEADLINE_S = 120.0
 REQUEST_WAIT_S = 15.0  # how long relaunch/remove/move wait for the runner's answer
 CRON_MARK = "# gpuroom-queue:"
 
@@ -325,7 +341,7 @@ def read_log_chunk(path: str, cursor: Optional[Dict[str, Any]],
     Every tail starts at a line start.
     """
     try:
-        f = open(path, "rb")
+        f = open_regular(path)  # a job may make its log a FIFO: never wait on it
     except FileNotFoundError:
         return {"offset": 0, "next_offset": 0, "inode": None, "size": 0, "data_b64": "",
                 "reset": bool(cursor), "missing": True, "mtime": None}
@@ -380,8 +396,8 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
 def save_seconds(ckpt_dir: str) -> Optional[float]:
     """How long the Checkpointer's last save into ``ckpt_dir`` took (C), if it recorded it."""
     try:
-        with open(os.path.join(ckpt_dir, SAVE_RECORD)) as f:
-            record = json.load(f)
+        with open_regular(os.path.join(ckpt_dir, SAVE_RECORD)) as f:
+            record = json.loads(f.read(SAVE_RECORD_MAX))
     except (OSError, ValueError):
         return None
     value = record.get("save_s") if isinstance(record, dict) else None
@@ -434,21 +450,48 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         cpu = group_cpu_seconds(running_pgids(view["jobs"]))
         for job in view["jobs"]:
             key = name + "/" + job["id"]
-            if job["state"] in ACTIVE_STATES or key in cursors:
-                job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
-            if job["state"] in ACTIVE_STATES:
-                job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
-                job["cpu_s"] = cpu.get(_pgid(job) or 0)
-            elif job["state"] == "succeeded" and job.get("ckpt_dir"):
-                ckpt_dir = str(job["ckpt_dir"])
-                if ckpt_dir in old_ckpts:
-                    ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
-                job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
+            # One job's broken log or checkpoint dir is that job's error, never the
+            # section's (which would blind the jump host to every other job).
+            try:
+                if job["state"] in ACTIVE_STATES or key in cursors:
+                    job["log_chunk"] = read_log_chunk(job["log"], cursors.get(key))
+            except OSError as exc:
+                job["probe_error"] = f"log: {exc}"
+            try:
+                if job["state"] in ACTIVE_STATES:
+                    job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+                    job["cpu_s"] = cpu.get(_pgid(job) or 0)
+                elif job["state"] == "succeeded" and job.get("ckpt_dir"):
+                    ckpt_dir = str(job["ckpt_dir"])
+                    if ckpt_dir in old_ckpts:
+                        ckpts[ckpt_dir] = old_ckpts[ckpt_dir]
+                    job["checkpoint"] = finished_checkpoint(ckpts, ckpt_dir)
+            except OSError as exc:
+                job["probe_error"] = f"checkpoint dir: {exc}"
         slurm_telemetry.attach(root, qdir, view["jobs"], events=readers[name].events,
                                request=request, session_state=session.state)
         out["queues"][name] = view
     session.state["finished_checkpoints"] = ckpts
+    _attach_survivors(out["queues"])
     return {"queue": out}
+
+
+def _attach_survivors(views: Dict[str, Any]) -> None:
+    """Each ended job's processes still alive (a daemon that left its group): one /proc
+    scan for every queue, only when some ended attempt carries a mark."""
+    ended: Dict[str, Dict[str, Any]] = {}
+    for view in views.values():
+        for job in view["jobs"]:
+            attempts = job.get("attempts") or []
+            last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+            mark = last.get("mark")
+            if job.get("state") not in ACTIVE_STATES and isinstance(mark, str) and mark:
+                ended[mark] = job
+    if not ended:
+        return
+    for mark, pids in jobmark.find(ended).items():
+        ended[mark]["survivors"] = [{"pid": pid, "command": jobmark.command(pid)}
+                                    for pid in sorted(pids)[:SURVIVORS_MAX]]
 
 
 # ---------------------------------------------------------------- subcommands
@@ -821,9 +864,32 @@ def _request_and_wait(root: str, queue: str, ev: str, job: str, *, timeout: floa
                "error": f"no answer from the runner within {timeout:.0f}s (request stays pending)"})
         return 1
     ok = answer["ev"] in ok_events
-    _emit({"ok": ok, "queue": queue, "job": job, "req": req["seq"], "result": answer["ev"],
-           "event": answer})
+    doc = {"ok": ok, "queue": queue, "job": job, "req": req["seq"], "result": answer["ev"],
+           "event": answer}
+    if answer["ev"] == "killed" and answer.get("attempt") is not None:
+        _report_survivors(doc, qdir, queue, job, answer)
+        ok = bool(doc["ok"])
+    _emit(doc)
     return 0 if ok or (answer["ev"] == "rejected" and ev == "kill_requested") else 1
+
+
+def _report_survivors(doc: Dict[str, Any], qdir: str, queue: str, job: str,
+                      answer: Dict[str, Any]) -> None:
+    """A kill that left processes of the attempt alive (they ignored SIGKILL's reach: a
+    daemon that hid its mark, one stuck in the kernel) is not a clean kill: say which."""
+    state = fold(read_events(qdir)[0], queue)
+    attempts = (state["jobs"].get(job) or {}).get("attempts") or []
+    mark = next((a.get("mark") for a in attempts
+                 if a.get("attempt") == answer.get("attempt")), None)
+    left = jobmark.survivors(mark if isinstance(mark, str) else None)
+    if not left:
+        return
+    doc["survivors"] = left
+    doc["ok"] = False
+    named = ", ".join(f"pid {p['pid']} ({p['command']})" for p in left[:8])
+    doc["error"] = (f"{job} was killed ({answer.get('sent') or 'signalled'}) but "
+                    f"{len(left)} process(es) it started are still alive: {named}")
+    doc["fix"] = "on the box: kill -9 " + " ".join(str(p["pid"]) for p in left)
 
 
 def _cmd_kill(argv: List[str]) -> int:
@@ -1003,16 +1069,23 @@ def _cmd_logs(argv: List[str]) -> int:
         cursor: Optional[Dict[str, Any]] = {"offset": args.offset}
         if args.lines is not None or args.end is not None:
             cursor = {"tail": args.max_bytes, "end": args.end, "lines": args.lines}
-        _emit(read_log_chunk(path, cursor, max(0, args.max_bytes)))
+        try:
+            _emit(read_log_chunk(path, cursor, max(0, args.max_bytes)))
+        except OSError as exc:
+            sys.stderr.write(f"gpuroom queue logs: {exc}\n")
+            return 1
         return 0
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             start = args.offset if args.offset >= 0 else max(0, size + args.offset)
             f.seek(start)
             data = f.read(max(0, args.max_bytes))
     except FileNotFoundError:
         sys.stderr.write(f"gpuroom queue logs: no log for {args.job} in queue {queue}\n")
+        return 1
+    except OSError as exc:
+        sys.stderr.write(f"gpuroom queue logs: {exc}\n")
         return 1
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -1087,6 +1160,8 @@ def main(argv: List[str]) -> int:
     if command is None:
         sys.stderr.write(f"gpuroom queue: unknown subcommand {argv[0]!r}\n")
         return 2
+    if argv[0] in READ_VERBS:
+        selfexit.exit_after(READ_VERB_DEADLINE_S)
     try:
         return int(command(argv[1:]) or 0)
     except ValueError as exc:

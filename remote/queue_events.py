@@ -28,6 +28,8 @@ import re
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from .safeopen import open_regular
+
 Event = Dict[str, Any]
 State = Dict[str, Any]
 
@@ -324,7 +326,7 @@ class EventReader:
         self.inode = st.st_ino
         if st.st_size == self.offset:
             return False
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:  # a FIFO in its place must not hang the probe
             f.seek(self.offset)
             data = f.read(st.st_size - self.offset)
         cut = data.rfind(b"\n")
@@ -567,6 +569,7 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                     "duration": None, "end_reason": None, "pid": None, "pgid": None,
                     "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
                     "code": _field(ev, "code", dict, "an object"),  # remote/drift.py
+                    "mark": _field(ev, "mark", str, "a string"),  # remote/jobmark.py
                 })
             elif kind == "started":
                 a = _attempt(job, ev.get("attempt"))

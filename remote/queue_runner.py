@@ -35,7 +35,7 @@ import threading
 import time
 from typing import IO, Any, Dict, List, Optional, Tuple
 
-from . import drift, hostinfo, preempt, secrets, selfhash, vram
+from . import drift, hostinfo, jobmark, preempt, secrets, selfhash, vram
 from .queue_events import (
     ACTIVE_STATES,
     DEFAULT_CONFIG,
@@ -430,6 +430,7 @@ class Active:
         self.kill_deadline: Optional[float] = None
         self.kill_sent: Optional[str] = None
         self.kill_reap_deadline: Optional[float] = None
+        self.mark: Optional[str] = None  # jobmark: its processes, in its group or not
 
     def wrapper_ended(self) -> bool:
         if self.popen is not None:
@@ -437,7 +438,7 @@ class Active:
         return not self.files.lock_held()
 
     def group_alive(self) -> bool:
-        return group_members(self.pid) > 0
+        return group_members(self.pid) > 0 or bool(jobmark.find([self.mark or ""]))
 
     def signal_group(self, sig: int) -> None:
         if self.popen is None and not self.wrapper_ended() and \
@@ -447,6 +448,8 @@ class Active:
             os.killpg(self.pid, sig)
         except ProcessLookupError:
             pass
+        # What left the group (setsid, a double fork) still carries the attempt's mark.
+        jobmark.signal_marked(self.mark, sig)
 
 
 class Runner:
@@ -600,6 +603,8 @@ class Runner:
             self.active[job["id"]] = Active(job["id"], n, int(pid), files, popen=None,
                                             start=start, gpus=list(attempt.get("gpus") or []),
                                             starttime=attempt.get("starttime"))
+            mark = attempt.get("mark")
+            self.active[job["id"]].mark = mark if isinstance(mark, str) else None
             return
         status = _read_json(files.exit)
         if status is not None:
@@ -943,8 +948,9 @@ class Runner:
         slot = len(self.active)
         # What code it runs (U42): hashed now, compared by the probe while it runs (U2).
         code = drift.code_facts(job["argv"], job.get("cwd") or os.path.expanduser("~"))
+        mark = jobmark.new_mark(self.queue, job_id, n)  # finds its processes outside its group
         self.emit("launching", job=job_id, attempt=n, boot_id=self.boot_id, slot=slot,
-                  gpus=gpus, ckpt_dir=ckpt_dir, code=code)
+                  gpus=gpus, ckpt_dir=ckpt_dir, code=code, mark=mark)
         self.crash_point("after_launching")
         files = AttemptFiles(self.qdir, job_id, n)
         log_path = os.path.join(self.qdir, "logs", f"{job_id}.log")
@@ -956,6 +962,7 @@ class Runner:
                             pythonpath=import_path(self.root), threads=cpu_thread_cap())
         from_secrets, missing = secrets.secret_env(job)  # read now: never in an event (U34)
         env.update(from_secrets)
+        env[jobmark.MARK_VAR] = mark  # last: a job's --env cannot unset or forge it
         argv = [*self_argv(), "queue", "_exec", "--files", files.lock[:-len(".lock")],
                 "--cwd", job.get("cwd") or os.path.expanduser("~"), "--", *job["argv"]]
         with open(log_path, "ab") as logf:
@@ -976,6 +983,7 @@ class Runner:
         self.log(f"started {job_id} attempt {n} pid {popen.pid}")
         self.active[job_id] = Active(job_id, n, popen.pid, files, popen=popen,
                                      start=time.time(), gpus=gpus, starttime=starttime)
+        self.active[job_id].mark = mark
 
     # ----- main loop
     def has_work(self) -> bool:

@@ -11,10 +11,14 @@ import json
 import sys
 from typing import IO, Any, Dict, Optional
 
+from . import selfexit
 from .probe import ProbeSession
 
 # A request is a small JSON object; anything larger is a bug or an attack on the helper.
 MAX_REQUEST_BYTES = 1 << 20  # 1 MiB
+# One answer that takes this long is stuck on the box (a job's FIFO, a dead mount): the jump
+# side stopped waiting after seconds, so the helper leaves instead of piling up.
+REQUEST_DEADLINE_S = 60.0
 
 
 def handle(session: ProbeSession, line: str) -> Dict[str, Any]:
@@ -49,7 +53,9 @@ def serve(stdin: Optional[IO[str]] = None, stdout: Optional[IO[str]] = None) -> 
             elif not line.strip():
                 continue
             else:
+                selfexit.exit_after(REQUEST_DEADLINE_S)
                 answer = handle(session, line)
+                selfexit.exit_after(0)
             stdout.write(json.dumps(answer, separators=(",", ":")) + "\n")
             stdout.flush()
     finally:

@@ -169,7 +169,8 @@ def reason_names(value: Any) -> tuple[str, ...]:
 # a process holding /dev/nvidia* (remote/vram.py's scan), "preempt" on a spot queue's
 # preemption notice (tests/system/test_preempt_ssh.py), "code" on an attempt launched with
 # script files in a git work tree (tests/system/test_drift_ssh.py).
-Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt", "code"]
+# leftover: what one hostile job leaves (an unreadable log, a surviving daemon)
+Origin = Literal["probe", "failure", "slurm", "kernel", "vram", "preempt", "code", "leftover"]
 Shape = Literal["leaf", "one", "maybe", "many", "named"]
 
 
@@ -586,6 +587,15 @@ class LogChunk(View):
 
 
 @dataclass(frozen=True, slots=True)
+class Survivor(View):
+    """A process the runner marked as a job's, alive after the job ended (a daemon that left
+    its process group: setsid, double fork)."""
+
+    pid: int | None = key(integer, origin="leftover")
+    command: str | None = key(text, origin="leftover")
+
+
+@dataclass(frozen=True, slots=True)
 class Sync(View):
     """A finished job's copy of its outputs to the durable dir (U33)."""
 
@@ -671,6 +681,10 @@ class Job(View):
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
     sync: Sync | None = nested(Sync, "maybe")
     cpu_s: float | None = key(number)  # CPU seconds of its process group (remote/procstat.py)
+    # what the helper could not read of this job (its log or checkpoint dir made a FIFO...)
+    probe_error: str | None = key(text, origin="leftover")
+    # processes still marked as this job's attempt after it ended (remote/jobmark.py)
+    survivors: tuple[Survivor, ...] = nested(Survivor, "many", origin="leftover")
     # Slurm jobs carry the final code on the job too
     exit_code: int | None = key(integer, old=("returncode",), origin="slurm")
     backend: str | None = key(text, origin="slurm")

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -71,17 +70,6 @@ def _browser() -> Any:
         pytest.skip(f"headless chromium did not start: {str(exc).splitlines()[0]}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 @pytest.fixture
 def web_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
     with gpubox.gpu_box_config(sshd_box, fixtures, tmp_path, "webbox", poll_interval_s=1.0,
@@ -94,24 +82,25 @@ def web_config(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Path]:
 def test_the_room_in_a_headless_chromium_shows_the_box(web_config: Path,
                                                        tmp_path: Path) -> None:
     driver = _browser()
-    port = _free_port()
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     # Its own session, so the rooms textual-serve starts per tab end with it.
     web = subprocess.Popen(
         [sys.executable, "-m", "gpuroom.tui.cli.main", "--config", str(web_config), "web",
-         "--listen", f"127.0.0.1:{port}"], stdout=(tmp_path / "web.out").open("w"),
+         "--listen", "127.0.0.1:0"], stdout=(tmp_path / "web.out").open("w"),
         stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + WAIT_S
-        while not _listening(port):
+        while not (tmp_path / "web.out").read_text().endswith("\n"):
             said = (tmp_path / "web.out").read_text()
             assert time.monotonic() < deadline and web.poll() is None, said
             time.sleep(0.2)
         said = (tmp_path / "web.out").read_text()
-        assert said.startswith(f"gpuroom web: serving the room at http://127.0.0.1:{port}"), said
+        assert said.startswith("gpuroom web: serving the room at http://127.0.0.1:"), said
+        url = said.split()[6]  # the page, its assets and its socket need its token
+        assert "?token=" in url, said
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
                                {"source": TAP_WEBSOCKET})
-        driver.get(f"http://127.0.0.1:{port}/")
+        driver.get(url)
         screen = ""
         while not ("webbox" in screen and "3090" in screen):
             assert time.monotonic() < deadline, screen[-3000:]

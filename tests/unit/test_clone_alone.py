@@ -44,8 +44,9 @@ def test_no_capture_was_edited_from_its_source() -> None:
 
 @pytest.mark.slow
 def test_the_suite_collects_from_a_clone_with_nothing_beside_it(tmp_path: Path) -> None:
-    """Copy the repository alone into an empty folder and collect every test there: a path
-    that reaches outside the clone fails collection (module-level parametrisation)."""
+    """Copy the repository alone into an empty folder, collect every test there (a path that
+    reaches outside the clone fails collection: module-level parametrisation), and run the
+    tests whose fakes replay the captures (a fake looking beside the clone fails them)."""
     clone = tmp_path / "alone" / "gpuroom"
     for rel in _tracked_and_new(ROOT):
         dest = clone / rel
@@ -61,3 +62,9 @@ def test_the_suite_collects_from_a_clone_with_nothing_beside_it(tmp_path: Path) 
     assert done.returncode == 0, tail
     assert " error" not in tail.splitlines()[-1], tail
     assert "tests collected" in tail, tail
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/unit/remote/test_gpu_probe.py",
+                          "tests/unit/remote/test_gpu_parsers.py"], check=False, cwd=clone,
+                         env=env, capture_output=True, text=True, timeout=300)
+    tail = (ran.stdout + ran.stderr)[-3000:]
+    assert ran.returncode == 0 and " passed" in tail and "skipped" not in tail, tail

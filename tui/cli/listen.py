@@ -37,16 +37,18 @@ def parse_listen(text: str, *, allow_remote: bool, flag: str = "--listen") -> tu
     return host, int(port_text)
 
 
-def remote_notice(host: str) -> str | None:
-    """The line said on start when the address is reachable from other machines."""
+def remote_notice(host: str, guard: str = "there is no authentication") -> str | None:
+    """The line said on start when the address is reachable from other machines; ``guard``
+    says what still stands between them and what is served."""
     if host == "localhost" or ipaddress.ip_address(host).is_loopback:
         return None
     return (f"warning: listening on {host}, reachable from other machines (--allow-remote); "
-            "there is no authentication")
+            f"{guard}")
 
 
-def add_listen_args(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+def add_listen_args(parser: argparse.ArgumentParser, default: str, what: str,
+                    guard: str = "no authentication") -> None:
     parser.add_argument("--listen", default=default, metavar="HOST:PORT",
                         help=f"address to serve {what} on (default {default}, loopback)")
     parser.add_argument("--allow-remote", action="store_true",
-                        help="allow a non-loopback --listen address (no authentication)")
+                        help=f"allow a non-loopback --listen address ({guard})")

@@ -31,6 +31,7 @@ from gpuroom.tui.snapshot import (
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import (
     Progress,
+    PullError,
     PullResult,
     load_records,
     pull,
@@ -74,8 +75,12 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
             if on_progress is not None:
                 on_progress(jid, p)
 
-        out.append((jid, await pull(link, ckpt_dir, root / link.name / jid,
-                                    job=jid, on_progress=progress, method=method)))
+        try:
+            out.append((jid, await pull(link, ckpt_dir, root / link.name / jid,
+                                        job=jid, on_progress=progress, method=method)))
+        except PullError as exc:  # this job's manifest or dir: the next job is still pulled
+            out.append((jid, PullResult(link.name, jid, ckpt_dir, str(root / link.name / jid),
+                                        manifest_complete=False, manifest_reason=str(exc))))
     return out
 
 

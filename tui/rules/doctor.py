@@ -25,6 +25,7 @@ from gpuroom.tui.present.slurm import expected_start_text, wait_reason
 from gpuroom.tui.rules.cadence import cadence_findings
 from gpuroom.tui.rules.drift import LocalCode, drift_findings, tree_drift_findings
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity, path_under
+from gpuroom.tui.rules.job_leftovers import leftover_findings
 from gpuroom.tui.rules.money import (
     Recall,
     cpu_training_findings,
@@ -802,6 +803,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += slurm_findings(host, snap, now)
     out += queue_write_findings(host, snap)
     out += blind_findings(host, snap)
+    out += leftover_findings(host, snap)
     out += job_node_findings(host, prev, snap, profile)
     out += preempt_findings(host, snap, now)
     out += ckpt_survival_findings(host, snap, profile)

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.rules.gate_items import GateItem, gpu_work_item, outputs_item, rundirs_item
+from gpuroom.tui.rules.job_leftovers import survivors_item
 from gpuroom.tui.rules.survival import WipedMount, wiped_by_destroy
 from gpuroom.tui.snapshot import RunDirs, Snapshot
 
@@ -183,6 +184,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     items.append(outputs_item(jobs))
     if run_dirs is not None:
         items.append(rundirs_item(jobs, run_dirs))
+    if (left := survivors_item(snapshot)) is not None:
+        items.append(left)
     if expected_helper_sha is not None:
         got_sha = snapshot.helper.sha256 if snapshot is not None else None
         items.append(GateItem("deployed helper matches", got_sha == expected_helper_sha,

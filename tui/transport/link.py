@@ -21,6 +21,7 @@ import secrets
 import shlex
 import shutil
 import socket
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,11 @@ class LinkError(GpuroomError):
 
 class RemoteFileError(LinkError):
     """The file, not the link: it vanished, shrank or could not be read; the link is fine."""
+
+
+class RemoteFileRefused(RemoteFileError):
+    """The file cannot be pulled as it is (not a regular file, or it never opened in time):
+    asking the box again would not change that, so the pull fails this file and goes on."""
 
 
 class HostKeyError(LinkError):
@@ -821,6 +827,10 @@ def _openssh_trust(ssh_config: Path | None, alias: str) -> list[str]:
 PULL_BLOCK_BYTES = 255 << 10
 PULL_MAX_REQUESTS = 64  # in flight at once: 16 MiB window, enough to fill a long fat pipe
 PULL_READ_TIMEOUT_S = 60.0  # one block not answered in a minute: the link is gone
+# An open or a stat of one box file: sftp-server answers these from its own disk in
+# milliseconds; one that takes this long is stuck in the kernel (a FIFO with no writer, a
+# dead NFS mount) and may never return.
+PULL_OPEN_TIMEOUT_S = 30.0
 
 ProgressFn = Any  # Callable[[int], None]: bytes of this file written so far (this call)
 
@@ -834,9 +844,17 @@ class _RangeSource(Protocol):
 
 
 class _LocalSource:
-    def __init__(self, path: str) -> None:
-        # Like SFTP, a relative path is relative to the user's home.
-        self._f = open(Path.home() / os.path.expanduser(path), "rb")
+    def __init__(self, path: str, host: str) -> None:
+        # Like SFTP, a relative path is relative to the user's home. O_NONBLOCK: a FIFO's
+        # open would wait for a writer; what opened is then checked to be a regular file.
+        full = Path.home() / os.path.expanduser(path)
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        what = not_regular(os.fstat(fd).st_mode)
+        if what is not None:
+            os.close(fd)
+            raise RemoteFileRefused(host, f"{path} is {what}, not a regular file: refused")
+        os.set_blocking(fd, True)
+        self._f = open(fd, "rb")
 
     async def size(self) -> int:
         return os.fstat(self._f.fileno()).st_size
@@ -858,13 +876,44 @@ class _SftpSource:
         return bytes(data)
 
     async def size(self) -> int:
-        return int((await self._f.stat()).size or 0)
+        return int((await asyncio.wait_for(self._f.stat(), PULL_OPEN_TIMEOUT_S)).size or 0)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):  # the channel may already be torn down
-            await self._f.close()
+            await asyncio.wait_for(self._f.close(), PULL_OPEN_TIMEOUT_S)
         with contextlib.suppress(Exception):
             self._sftp.exit()
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"))
+
+
+def not_regular(mode: int | None) -> str | None:
+    """What a file of this mode is when it is not a regular file ("a FIFO"), else None."""
+    if mode is None or stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _FILE_KINDS if test(mode)), f"mode {mode:o}")
+
+
+def _refuse(link: HostLink, remote_path: str, mode: int | None) -> None:
+    what = not_regular(mode)
+    if what is not None:
+        raise RemoteFileRefused(link.name, f"{remote_path} is {what} now, not a regular file: "
+                                           "refused before reading (it could block for ever)")
+
+
+async def _bounded(link: HostLink, what: str, remote_path: str, step: Any) -> Any:
+    """One SFTP request about a file, with PULL_OPEN_TIMEOUT_S; late is a stuck file."""
+    try:
+        return await asyncio.wait_for(step, PULL_OPEN_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise RemoteFileRefused(
+            link.name, f"{what} {remote_path} got no answer in {PULL_OPEN_TIMEOUT_S:.0f} s "
+                       "(the box's disk or mount is stuck there, or it is a special file)",
+            fix=f"check {remote_path} on the box (ls -l, df); the other files were "
+                "pulled") from None
 
 
 async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
@@ -877,12 +926,26 @@ async def _open_source(link: HostLink, remote_path: str) -> _RangeSource:
         # which fail with nobody listening once the connection goes.
         block = 0 if sftp.limits.max_read_len >= PULL_BLOCK_BYTES else -1
         try:
-            f = await sftp.open(remote_path, "rb", block_size=block)
+            # sftp-server's open(2) of a FIFO blocks until a writer comes, in a process
+            # nothing on the box ever ends: look before opening, and look again at what
+            # opened (the name may have been swapped in between).
+            attrs = await _bounded(link, "lstat", remote_path, sftp.lstat(remote_path))
+            _refuse(link, remote_path, attrs.permissions)
+            f = await _bounded(link, "open", remote_path,
+                               sftp.open(remote_path, "rb", block_size=block))
+            try:
+                attrs = await _bounded(link, "fstat", remote_path, f.stat())
+                _refuse(link, remote_path, attrs.permissions)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(f.close(), PULL_OPEN_TIMEOUT_S)
+                raise
         except BaseException:
+            # A request stuck on the box keeps its channel: closing it frees this side.
             sftp.exit()
             raise
         return _SftpSource(sftp, f)
-    return _LocalSource(remote_path)
+    return _LocalSource(remote_path, link.name)
 
 
 async def _pipelined_copy(source: _RangeSource, out: Any, offset: int, end: int,
@@ -976,18 +1039,43 @@ class PullIO:
         """
         local = Path(local_path)
         local.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            source = await _open_source(self.link, remote_path)
+        # This machine's file is opened first and its errors keep their filename: a full
+        # disk or a name too long here is not the link's failure (nothing is dropped).
+        with open(local, "ab") as f:
+            out = _LocalOut(f, str(local))
             try:
-                if size is None:
-                    size = await source.size()
-                with open(local, "ab") as out:
-                    cut_to(out, offset)
+                source = await _open_source(self.link, remote_path)
+                try:
+                    if size is None:
+                        size = await source.size()
+                    cut_to(f, offset)
                     return await _pipelined_copy(source, out, offset, size, on_progress)
-            finally:
-                await source.close()
-        except (OSError, EOFError, asyncssh.Error, asyncio.TimeoutError) as exc:
-            raise await self._fail(f"fetch {remote_path}", exc) from exc
+                finally:
+                    await source.close()
+            except (OSError, EOFError, asyncssh.Error, asyncio.TimeoutError) as exc:
+                if isinstance(exc, OSError) and exc.filename == str(local):
+                    raise
+                raise await self._fail(f"fetch {remote_path}", exc) from exc
+
+
+class _LocalOut:
+    """The local file _pipelined_copy writes; an OSError names it (see fetch_file)."""
+
+    def __init__(self, f: BinaryIO, name: str) -> None:
+        self._f = f
+        self._name = name
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._f.write(data)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self._name) from exc
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, self._name) from exc
 
 
 class PushIO:

@@ -39,15 +39,19 @@ from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.transport.link import (
     PULL_BLOCK_BYTES,
     PULL_MAX_REQUESTS,
+    PULL_OPEN_TIMEOUT_S,
     PULL_READ_TIMEOUT_S,
     LinkError,
     RemoteFileError,
+    RemoteFileRefused,
     cut_to,
+    not_regular,
 )
 
 # SFTP v3 packet types (draft-ietf-secsh-filexfer-02) and the status codes named in errors.
-_INIT, _VERSION, _OPEN, _CLOSE, _READ = 1, 2, 3, 4, 5
-_STATUS, _HANDLE, _DATA, _EXTENDED, _EXTENDED_REPLY = 101, 102, 103, 200, 201
+_INIT, _VERSION, _OPEN, _CLOSE, _READ, _LSTAT, _FSTAT = 1, 2, 3, 4, 5, 7, 8
+_STATUS, _HANDLE, _DATA, _ATTRS, _EXTENDED, _EXTENDED_REPLY = 101, 102, 103, 105, 200, 201
+_ATTR_SIZE, _ATTR_UIDGID, _ATTR_PERMISSIONS = 0x1, 0x2, 0x4
 _FX_EOF = 1
 _FX_NAMES = {2: "no such file", 3: "permission denied", 4: "failure"}
 _READ_FLAG = 0x1
@@ -63,6 +67,10 @@ _STDERR_CAP = 4096
 
 class SessionUnavailable(LinkError):
     """ssh or its sftp subsystem did not come up: the caller falls back to the asyncssh link."""
+
+
+class _Late(LinkError):
+    """No answer within the deadline of one request."""
 
 
 def _string(b: bytes) -> bytes:
@@ -95,7 +103,7 @@ class _Pipes:
         got = 0
         while got < len(view):
             if not self._poll.poll(int(timeout_s * 1000)):
-                raise LinkError(self.host, f"the box sent nothing for {timeout_s:.0f} s over "
+                raise _Late(self.host, f"the box sent nothing for {timeout_s:.0f} s over "
                                            "ssh's sftp session")
             n = os.readv(self._out, [view[got:]])
             if n == 0:
@@ -233,6 +241,16 @@ class OpenSshSftp:
             handle = self._open(pipes, remote)
         except RemoteFileError:
             raise  # the box said no; the session is fine
+        except _Late as exc:
+            # sftp-server is stuck in the kernel on this file (a FIFO swapped in after our
+            # look, a dead mount): only a new session gets answers again, and this file fails
+            # alone.
+            self._discard()
+            raise RemoteFileRefused(
+                self.host, f"{remote} got no answer in {PULL_OPEN_TIMEOUT_S:.0f} s (the box's "
+                           "disk or mount is stuck there, or it is a special file)",
+                fix=f"check {remote} on the box (ls -l, df); the other files were "
+                    "pulled") from exc
         except BaseException:
             self._discard()
             raise
@@ -250,10 +268,17 @@ class OpenSshSftp:
         return received
 
     def _open(self, pipes: _Pipes, remote: str) -> bytes:
-        """The box's handle for ``remote``, as the string READ and CLOSE carry."""
-        pipes.send(_OPEN, struct.pack(">I", self._id()) + _string(os.fsencode(remote))
+        """The box's handle for ``remote``, as the string READ and CLOSE carry.
+
+        sftp-server's open(2) of a FIFO waits for a writer, for ever: the name is looked at
+        first (LSTAT), and what opened is looked at again (FSTAT), since a job may swap the
+        name in between. Only a regular file is read.
+        """
+        name = _string(os.fsencode(remote))
+        self._refuse(remote, self._attrs(pipes, _LSTAT, name, remote))
+        pipes.send(_OPEN, struct.pack(">I", self._id()) + name
                    + struct.pack(">II", _READ_FLAG, 0))
-        kind, body = pipes.receive(PULL_READ_TIMEOUT_S)
+        kind, body = pipes.receive(PULL_OPEN_TIMEOUT_S)
         if kind == _STATUS:
             code, msg = _status(body)
             raise RemoteFileError(self.host, f"open {remote} failed: "
@@ -261,7 +286,39 @@ class OpenSshSftp:
         if kind != _HANDLE:
             raise LinkError(self.host, f"sftp answered type {kind} to OPEN")
         (hlen,) = struct.unpack_from(">I", body, 4)
-        return _string(bytes(body[8:8 + hlen]))
+        handle = _string(bytes(body[8:8 + hlen]))
+        try:
+            self._refuse(remote, self._attrs(pipes, _FSTAT, handle, remote))
+        except RemoteFileError:
+            pipes.send(_CLOSE, struct.pack(">I", self._id()) + handle)
+            pipes.receive(PULL_OPEN_TIMEOUT_S)
+            raise
+        return handle
+
+    def _attrs(self, pipes: _Pipes, kind: int, what: bytes, remote: str) -> int | None:
+        """The permissions word (file type and mode) of LSTAT/FSTAT, None if not sent."""
+        pipes.send(kind, struct.pack(">I", self._id()) + what)
+        answer, body = pipes.receive(PULL_OPEN_TIMEOUT_S)
+        if answer == _STATUS:
+            code, msg = _status(body)
+            raise RemoteFileError(self.host, f"stat {remote} failed: "
+                                             f"{_FX_NAMES.get(code, f'status {code}')} {msg}")
+        if answer != _ATTRS:
+            raise LinkError(self.host, f"sftp answered type {answer} to a stat")
+        try:
+            (flags,) = struct.unpack_from(">I", body, 4)
+            at = 8 + (8 if flags & _ATTR_SIZE else 0) + (8 if flags & _ATTR_UIDGID else 0)
+            return int(struct.unpack_from(">I", body, at)[0]) \
+                if flags & _ATTR_PERMISSIONS else None
+        except struct.error:
+            raise LinkError(self.host, "sftp sent a malformed ATTRS answer") from None
+
+    def _refuse(self, remote: str, mode: int | None) -> None:
+        what = not_regular(mode)
+        if what is not None:
+            raise RemoteFileRefused(self.host, f"{remote} is {what} now, not a regular file: "
+                                               "refused before reading (it could block for "
+                                               "ever)")
 
     def _read_into(self, pipes: _Pipes, handle: bytes, out: Any, *, offset: int, size: int,
                    report: Callable[[int], None], remote: str) -> int:
@@ -338,9 +395,8 @@ class OpenSshSftp:
             except (RemoteFileError, SessionUnavailable):
                 raise
             except OSError as exc:
-                if exc.filename is not None:  # the local .part: disk full, permissions
-                    raise LinkError(self.host, f"writing {exc.filename} failed: "
-                                               f"{exc.strerror}") from exc
+                if exc.filename is not None:  # the local .part: disk full, a name too long
+                    raise  # this machine's, not the link's: the pull fails that file
                 raise LinkError(self.host, "ssh's sftp session failed: "
                                            f"{self._last_words(exc)}") from exc
             except EOFError as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import json
@@ -47,7 +48,9 @@ from gpuroom.tui.transport.link import (
     LinkError,
     PullIO,
     RemoteFileError,
+    RemoteFileRefused,
     cut_to,
+    not_regular,
 )
 from gpuroom.tui.transport.openssh_sftp import OpenSshSftp, SessionUnavailable
 
@@ -140,6 +143,60 @@ def safe_local_path(local_dir: Path, rel: str) -> Path | None:
     if target == base or base not in target.parents:
         return None  # e.g. a local symlinked subdir pointing elsewhere
     return target
+
+
+NAME_MAX_BYTES = 255  # one path component, on every Linux filesystem a pull lands on
+PART_SUFFIX = ".part"
+# A partial download whose NAME.part could not be used: too long, or a name the box's own
+# listing holds. Box names with this prefix are refused, so it never meets one of theirs.
+PART_PREFIX = ".gpuroom-part-"
+
+
+def part_path(target: Path, rel: str, listed: frozenset[str] = frozenset()) -> Path:
+    """Where ``target``'s bytes gather before the hash check.
+
+    NAME.part where that is a name of ours: within NAME_MAX and neither a file nor a
+    directory in the box's listing (``listed``: its paths and their parent dirs). Otherwise
+    a hidden name derived from NAME (so a rerun resumes it) that is always short enough.
+    """
+    name = target.name + PART_SUFFIX
+    if len(os.fsencode(name)) <= NAME_MAX_BYTES and rel + PART_SUFFIX not in listed:
+        return target.with_name(name)
+    digest = hashlib.sha1(os.fsencode(target.name)).hexdigest()
+    return target.with_name(PART_PREFIX + digest)
+
+
+def listed_names(paths: Sequence[str]) -> frozenset[str]:
+    """Every path of a listing and every directory above one (for part_path)."""
+    out: set[str] = set()
+    for rel in paths:
+        parts = rel.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return frozenset(out)
+
+
+def local_failure(exc: OSError) -> str:
+    """This machine's side of a failed file, with its real cause (ENAMETOOLONG, EISDIR...)."""
+    code = errno.errorcode.get(exc.errno or 0, "")
+    where = f" ({exc.filename})" if exc.filename else ""
+    text = f"writing here failed: {exc.strerror or exc}{' [' + code + ']' if code else ''}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{text}{where}; check free space (df -h) and pull again: it resumes"
+    return f"{text}{where}"
+
+
+def _refuse_local(host: str, path: Path) -> None:
+    """A FIFO or device where this pull writes or hashes would block its open for ever."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    what = not_regular(mode)
+    if what is not None:
+        raise RemoteFileRefused(host, f"{path} on this machine is {what}, not a regular "
+                                      "file: refused before opening it",
+                                fix=f"move it away (mv {shlex.quote(str(path))} ...) and pull "
+                                    "again")
 
 
 def sha256_file(path: Path) -> str:
@@ -620,15 +677,37 @@ class _Paths:
                 await path.close()
 
 
+async def _pull_one(link: HostLink, paths: _Paths, remote_dir: str,
+                    entry: dict[str, Any], *, target: Path, meter: _Meter,
+                    digests: _BoxDigests, names: frozenset[str]) -> FileResult:
+    """_pull_file, with what fails this file alone turned into its result: the box refused
+    or never opened it, or this machine could not write it. A LinkError (the link is gone)
+    still ends the pull."""
+    counted = (meter.done, meter.skipped)
+    try:
+        return await _pull_file(link, paths, remote_dir, entry, target=target, meter=meter,
+                                digests=digests, names=names)
+    except (RemoteFileRefused, OSError) as exc:
+        meter.rewind(*counted)
+        meter.total -= int(entry["size"])
+        detail = exc.reason if isinstance(exc, RemoteFileRefused) else local_failure(exc)
+        fr = FileResult(path=str(entry["path"]), size=int(entry["size"]), status="failed",
+                        detail=detail)
+        fr.sha256 = entry.get("sha256")
+        return fr
+
+
 async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
                      entry: dict[str, Any], *, target: Path, meter: _Meter,
-                     digests: _BoxDigests) -> FileResult:
+                     digests: _BoxDigests, names: frozenset[str]) -> FileResult:
     rel = entry["path"]
     size = int(entry["size"])
     fr = FileResult(path=rel, size=size, sha256=entry.get("sha256"))
     remote = remote_dir.rstrip("/") + "/" + rel
-    part = target.with_name(target.name + ".part")
+    part = part_path(target, rel, names)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for here in (target, part):
+        _refuse_local(link.name, here)
 
     async def box_sha() -> str | None:
         """The box's digest; a deferred one waits for the box's hashing pass."""
@@ -649,6 +728,8 @@ async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
     kept = part.stat().st_size if part.exists() else 0  # a .part an earlier pull left
     try:
         got = await paths.fetch(remote, part, size=size, meter=meter, fr=fr)
+    except RemoteFileRefused:
+        raise  # asking the box again would meet the same file
     except RemoteFileError:
         got = ""  # it shrank or vanished since it was listed: as a mismatch, ask again
     if got and got == await box_sha():
@@ -669,6 +750,8 @@ async def _pull_file(link: HostLink, paths: _Paths, remote_dir: str,
     fr.size, fr.sha256 = size, sha
     try:
         got = await paths.fetch(remote, part, size=size, meter=meter, fr=fr)
+    except RemoteFileRefused:
+        raise
     except RemoteFileError as exc:
         part.unlink(missing_ok=True)
         fr.status, fr.detail = "failed", f"changed on the box twice while pulled: {exc.reason}"
@@ -737,11 +820,10 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                            job=job, load_test_torch=load_test_torch, state_path=state_path,
                            only=list(only) if only is not None else None)
     except OSError as exc:
-        # The link's own failures arrive as LinkError; an OSError is this machine's disk (no
-        # space, no permission under the pull target or the state dir): the user's to fix,
-        # not a bug.
-        raise PullError(f"{link.name}: pulling into {local_dir} failed: {exc}",
-                        "check free space (df -h) and permissions there; a rerun "
+        # The link's own failures arrive as LinkError, and a file's as its result; an
+        # OSError here is this machine's (the pull's dir or the state dir): the user's to fix.
+        raise PullError(f"{link.name}: pulling into {local_dir} failed: {local_failure(exc)}",
+                        "check that directory (ls -ld, df -h) and pull again: it "
                         "resumes") from exc
     finally:
         await paths.close()
@@ -768,6 +850,11 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                                            detail=f"refused: {what}; never followed"))
             continue
         target = safe_local_path(local, rel)
+        if any(part.startswith(PART_PREFIX) for part in rel.split("/")):
+            result.files.append(FileResult(rel, int(entry.get("size") or 0), status="refused",
+                                           detail=f"refused: names starting {PART_PREFIX} are "
+                                                  "gpuroom's partial downloads"))
+            continue
         if target is None:
             result.files.append(FileResult(rel, int(entry.get("size") or 0), status="refused",
                                            detail="refused: path would land outside "
@@ -781,11 +868,12 @@ async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
         rsync.start_probe()  # the ssh login overlaps the first files
     meter = _Meter(sum(int(e["size"]) for e, _ in todo), on_progress)
     digests = _BoxDigests(link, box_dir, [e for e, _ in todo if e.get("sha256") is None])
+    names = listed_names([str(e.get("path")) for e in doc["files"]])
     try:
         for entry, target in todo:
             # A LinkError propagates: the link is gone, the .part files stay for the resume.
-            fr = await _pull_file(link, paths, box_dir, entry, target=target, meter=meter,
-                                  digests=digests)
+            fr = await _pull_one(link, paths, box_dir, entry, target=target, meter=meter,
+                                 digests=digests, names=names)
             result.files.append(fr)
             result.bytes_transferred += fr.bytes_transferred
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuroom.tui.cli.main import main
 from gpuroom.tui.cli.web import room_command
 
 
@@ -22,3 +23,11 @@ def test_the_config_path_reaches_the_room_as_one_word() -> None:
 
 def test_no_config_file_is_the_room_of_this_machine() -> None:
     assert shlex.split(room_command(None)) == [sys.executable, "-m", "gpuroom.tui.cli.main"]
+
+
+def test_no_room_at_all_is_a_usage_error(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["--config", str(tmp_path / "none.toml"), "web", "--max-rooms", "0"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--max-rooms 0" in err and "Fix:" in err
