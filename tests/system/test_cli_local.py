@@ -110,3 +110,12 @@ def test_watch_says_at_start_what_it_watches(
     err = capsys.readouterr().err.splitlines()
     assert err[0] == ("gpuroom watch: local (mirror off), other (mirror on); polled every 2s, "
                       "--failover jobs moved after 600s down; for 3s"), err
+
+
+def test_queue_verify_of_a_job_the_box_does_not_have_is_its_answer_not_a_crash(
+        local_box: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The box's refusal went through the --json branch of a verb that has no --json."""
+    rc = main(["--config", str(local_box), "queue", "verify", "local", "j99", "--tree",
+               str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "internal error" not in err and "j99" in err, err
