@@ -971,7 +971,9 @@ class Runner:
                 "--cwd", job.get("cwd") or os.path.expanduser("~"), "--", *job["argv"]]
         with open(log_path, "ab") as logf:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            marker = f"=== gpuroom {job_id} attempt {n} {stamp} cuda={cuda} ===\n"
+            # None: left as the runner has it (no GPU here); "": every GPU hidden (--gpus 0).
+            shown = "not set" if cuda is None else cuda or "none (GPUs hidden)"
+            marker = f"=== gpuroom {job_id} attempt {n} {stamp} cuda={shown} ===\n"
             marker += "".join(f"gpuroom: {line}\n" for line in missing)
             logf.write(marker.encode())
             logf.flush()

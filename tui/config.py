@@ -9,11 +9,12 @@ with one host (no ssh alias, an alias that could inject options) is kept on that
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -446,8 +447,26 @@ def load(path: Path | None = None, *, must_exist: bool = False) -> Config:
     config = Config(path=path, settings=_parse_settings(path, data.get("settings")),
                     warnings=warnings)
     for name, raw in hosts_raw.items():
+        if isinstance(raw, dict):
+            _refuse_unknown(path, text, f"[hosts.{name}]", raw, _HOST_KEYS)
         config.hosts[name] = _parse_host(path, name, raw)
     return config
+
+
+def _refuse_unknown(path: Path, text: str, where: str, raw: dict[str, Any],
+                    known: Iterable[str]) -> None:
+    """A key gpuroom does not know is a typo until shown otherwise: ignored, price_per_hr
+    left the host unpriced with no word said. Refused with the nearest known key."""
+    for key in raw:
+        if key in known:
+            continue
+        line = next((n for n, ln in enumerate(text.splitlines(), 1)
+                     if re.match(rf"\s*{re.escape(key)}\s*=", ln)), None)
+        near = difflib.get_close_matches(key, list(known), n=1)
+        at = f"{where} line {line}" if line else where
+        raise _err(path, at, f"unknown key {key}" + (f", did you mean {near[0]}" if near else ""),
+                   f"rename it to {near[0]}" if near else
+                   f"remove it (known: {', '.join(sorted(known))})")
 
 
 def save(config: Config) -> Path | None:

@@ -127,6 +127,15 @@ def string_map(value: Any) -> Mapping[str, str]:
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
+def secret_refs(value: Any) -> tuple[tuple[str, str], ...]:
+    """A job's pushed secrets as (env var, secret name) pairs; their files and values stay on
+    the box. Entries that are not {name, env} strings are dropped."""
+    if not isinstance(value, list):
+        return ()
+    return tuple((v["env"], v["name"]) for v in value if isinstance(v, Mapping)
+                 and isinstance(v.get("env"), str) and isinstance(v.get("name"), str))
+
+
 def command_line(value: Any) -> str:
     """A job's command as one line: an argv list shell-quoted, or an older helper's string."""
     if isinstance(value, list):
@@ -655,6 +664,7 @@ class Job(View):
     command: str = key(command_line, old=("command", "cmd"), current='argv')
     cwd: str | None = key(text)  # on the box, where the command runs
     env: Mapping[str, str] = key(string_map)
+    secrets: tuple[tuple[str, str], ...] = key(secret_refs)  # exported at launch (U34)
     outputs: tuple[str, ...] = key(texts)  # the --output globs copied to the durable dir
     # a running job's script arguments that changed since launch (U2)
     code_changed: tuple[str, ...] = key(texts)

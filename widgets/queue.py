@@ -16,6 +16,9 @@ from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown at most; the rest is "…"
 MIN_COMMAND_WIDTH = 4  # "pyt…": below this the command scrolls off rather than say nothing
+# Below this much room for the command, the ckpt cell gives way (JobRow.ckpt_short): which
+# command a row runs says more than when its checkpoint came home.
+COMMAND_PRIORITY_WIDTH = 24
 SLURM_WIDTH = 36
 STATE_WIDTH = 40  # a queued job's state says why it waits; the rest is "…"
 # The command last: it takes what the pane has left and its cut ends in "…" at the edge.
@@ -55,6 +58,8 @@ class QueueTable(RowTable):
     def watch_jobs(self, jobs: tuple[JobRow, ...]) -> None:
         slurm = any(j.slurm for j in jobs)
         self.set_columns((*COLUMNS[:3], "slurm", *COLUMNS[3:]) if slurm else COLUMNS)
+        short = self._command_width(jobs, short=False) < COMMAND_PRIORITY_WIDTH
+        width = self._command_width(jobs, short=short)
         rows = []
         for j in jobs:
             # A pending action is truthful: the box has not confirmed it yet (principle 3).
@@ -67,8 +72,8 @@ class QueueTable(RowTable):
                 Text("-" if j.attempt is None else str(j.attempt)),
                 Text(fmt_age(j.runtime_s)),
                 Text(j.ended_by),
-                Text(j.ckpt_text),
-                Text(fmt_cut(j.command, self._command_width(jobs))),
+                Text(j.ckpt_short if short else j.ckpt_text),
+                Text(fmt_cut(j.command, width)),
             ]
             if slurm:
                 # Slurm's reason text comes from the box: plain Text, never markup.
@@ -76,15 +81,16 @@ class QueueTable(RowTable):
             rows.append((j.id, tuple(cells)))
         self.set_rows(rows)
 
-    def _command_width(self, jobs: tuple[JobRow, ...]) -> int:
+    def _command_width(self, jobs: tuple[JobRow, ...], *, short: bool) -> int:
         """What is left of the pane for the command once the other cells are drawn, so its
         cut ends in "…" inside the pane instead of running under the next one; `i` shows
-        the whole command."""
+        the whole command. ``short``: with the narrow ckpt cells."""
         if not self.size.width:
             return COMMAND_WIDTH
         cells = [{"id": j.id, "name": j.name_text, "state": _state_cell(j),
                   "try": str(j.attempt), "runtime": fmt_age(j.runtime_s), "exit": j.ended_by,
-                  "ckpt": j.ckpt_text, "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
+                  "ckpt": j.ckpt_short if short else j.ckpt_text,
+                  "slurm": fmt_cut(j.slurm, SLURM_WIDTH)}
                  for j in jobs]
         others = sum(max([len(label), *(len(c.get(label, "")) for c in cells)])
                      + 2 * self.cell_padding for label in self._labels if label != "command")

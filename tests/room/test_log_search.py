@@ -11,11 +11,12 @@ import time
 import pytest
 from harness.room import screen_text
 from test_log_pane import FAILED, BoxFleet, _app, _raw_chunk, _rows
+from textual.binding import Binding
 from textual.pilot import Pilot
 from textual.widgets import Input
 
 from gpuroom.tui.room.app import GpuroomApp
-from gpuroom.tui.room.screens import HelpScreen
+from gpuroom.tui.room.screens import HelpScreen, key_label
 from gpuroom.widgets.logtail import CURRENT_STYLE, MATCH_STYLE, MAX_LINES, LogTail
 
 os.environ["TZ"] = "UTC"
@@ -161,3 +162,19 @@ async def test_markup_in_the_log_and_the_search_stays_words() -> None:
         top = round(log.scroll_y)
         row = log.render_line(len(log.lines) - 1 - top)
         assert "step [bold red]7[/] done" in row.text
+
+
+async def test_help_lists_every_key_of_the_log_pane() -> None:
+    """Home and End (the log's start, and back to following) were bound but in no help row."""
+    app, _, _ = _room()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        listed = {word for keys, _ in app.screen.rows for word in keys.split()}
+        rows = dict(app.screen.rows)
+        for binding in LogTail.BINDINGS:
+            assert isinstance(binding, Binding)
+            for key in binding.key.split(","):
+                if key != "escape":  # said in the "/" row: esc clears the search
+                    assert key_label(key) in listed, key
+        assert rows["home end"].startswith("log pane: the first line kept")

@@ -82,3 +82,52 @@ async def test_one_long_banner_item_takes_one_line() -> None:
         await pilot.pause()
         lines = screen_text(app).splitlines()
         assert lines[0].rstrip().endswith("[GEN8]") and lines[1].split()[0] == "host", lines[:3]
+
+
+async def test_80x24_queue_gives_the_command_the_room_a_long_ckpt_cell_took() -> None:
+    """A job with a checkpoint home had "35s (ckpt step 12000 home, 2m)" in its ckpt cell,
+    28 columns, and the command column shrank to 3 characters."""
+    import dataclasses
+
+    from gpuroom.widgets.queue import QueueTable
+
+    app, _ = make_app("healthy")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        queue = app.query_one(QueueTable)
+        queue.jobs = tuple(dataclasses.replace(j, home_step=12000, home_age_s=130.0)
+                           for j in queue.jobs)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        header = next(n for n, line in enumerate(lines) if line.split()[:2] == ["id", "name"])
+        assert lines[header].rstrip().endswith("command"), lines[header]
+        running = next(line for line in lines[header:] if " llama-1b " in line)
+        assert "35s (12000 home)" in running, running
+        command = running[lines[header].index("command"):].strip()
+        assert command.startswith("python3 trai") and len(command) >= 12, running
+
+
+async def test_80x24_the_log_pane_cuts_no_error_line() -> None:
+    """The one line saying why the job died was cut at the log pane's edge: "CUDA out of
+    memo". Below the panes it is shown in full; where the pane is wide enough, not twice."""
+    from test_log_pane import FAILED, _app, _raw_chunk
+
+    from gpuroom.widgets.errorline import LastErrorLine
+
+    error = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 "
+             "has a total capacity of 79.15 GiB of which 1.02 GiB is free.")
+    data = ("step 20 loss 2.29\nTraceback (most recent call last):\n  File \"train.py\", line "
+            f"61, in main\n    loss = model(batch).loss\n{error}\n").encode()
+    for size, shown in (((80, 24), True), ((260, 60), False)):
+        app, fleet = _app()
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            fleet.with_chunk(FAILED, _raw_chunk(0, data, len(data)))
+            for _ in range(3):
+                await pilot.pause()
+            pane = app.query_one(LastErrorLine)
+            assert pane.display is shown, size
+            text = " ".join(screen_text(app).split())
+            assert ("1.02 GiB is free." in text) is True, (size, text)
+            if shown:
+                assert pane.line == f"h100-a/{FAILED}: {error}"

@@ -135,9 +135,9 @@ def test_a_pushed_secret_reaches_the_job_and_no_view(
     plain = "hf-" + os.urandom(12).hex()
     monkeypatch.setenv("MY_TOKEN_SRC", secret)
     rc, doc = cli_json(capsys, "--config", str(box_config), "secret", "push", "box", "WANDB",
-                       "--from-env", "MY_TOKEN_SRC")
+                       "--from-env", "MY_TOKEN_SRC", "--json")
     assert rc == 0 and doc["ok"] and doc["bytes"] == len(secret), doc
-    rc, doc = cli_json(capsys, "--config", str(box_config), "secret", "ls", "box")
+    rc, doc = cli_json(capsys, "--config", str(box_config), "secret", "ls", "box", "--json")
     assert rc == 0 and [s["name"] for s in doc["secrets"]] == ["WANDB"]
     assert doc["secrets"][0]["mode"] == "0600"
     out = sshd_box.home / "seen.txt"

@@ -316,3 +316,33 @@ async def test_probe_over_ssh_has_every_section_and_no_errors(box: Any) -> None:
     [missing] = [d for d in snap["disks"] if d["path"] == "/nonexistent-mount"]
     assert "error" in missing  # a missing mount is reported, not raised
     assert snap["host"]["cpu_count"] == os.cpu_count()
+
+
+@pytest.mark.attack(
+    "host keys",
+    "HOME is not the passwd home: the s key's ssh must trust exactly the known_hosts the "
+    "link trusted, not ask again from another file")
+async def test_the_s_keys_ssh_and_bulk_ssh_read_the_known_hosts_the_link_reads(
+        box: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.sshd import client_options, known_hosts_line, render_ssh_config
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(
+        known_hosts_line(box.host, box.port, box.host_key_pub) + "\n")
+    monkeypatch.setenv("HOME", str(home))
+    options = client_options(box.identity, box.host, box.port, box.known_hosts)
+    del options["UserKnownHostsFile"], options["GlobalKnownHostsFile"]  # the defaults, ~ in each
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(render_ssh_config({"plain": options}))
+    link = HostLink(HostConfig(name="b", ssh="plain"), ssh_config=ssh_config)
+    try:
+        await link.poll({})  # the link trusts the key in $HOME/.ssh/known_hosts
+        interactive, bulk = link.ssh_argv(), link.bulk_ssh_argv()
+    finally:
+        await link.close()
+    assert interactive is not None and interactive[-2:] == ["--", "plain"]
+    for argv in ([*interactive, "true"], [*bulk, "--", "plain", "true"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, (argv, done.stderr[-500:])

@@ -460,3 +460,16 @@ def test_display_processes_hold_no_gpu_and_a_waiting_job_says_why(
     slot = [f"waiting for a slot (1 of 1 in use: {first})"] * 2
     wait_until(lambda: reasons() == slot, 10, "the reasons of one slot")
     box.run("kill", first, "--grace", "1")
+
+
+@pytest.mark.parametrize(("opts", "said"), [((), "not set"), (("--gpus", "0"),
+                                                                "none (GPUs hidden)")])
+def test_the_attempt_header_says_what_cuda_the_job_got_in_words(
+        box: Box, opts: tuple[str, ...], said: str) -> None:
+    """A job on this GPU-less machine had "cuda=None" in its log's header (Python's word),
+    one given no GPU had "cuda=" (an empty value that reads as a cut line)."""
+    job = box.add("true", opts=opts)
+    box.wait_state(job, ("succeeded",))
+    header = (box.qdir / "logs" / f"{job}.log").read_text().splitlines()[0]
+    assert header.startswith(f"=== gpuroom {job} attempt 1 "), header
+    assert header.endswith(f" cuda={said} ==="), header

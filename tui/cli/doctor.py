@@ -77,8 +77,7 @@ def _failed(states: list[HostState], findings: list[Finding], now: float) -> lis
 
 
 def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger]) -> None:
-    for d in fleet_dangers(banner_lines(findings, clocks, limit=None), failed)[:3]:
-        print_line(d.text, "bold red" if d.level == "crit" else "yellow")
+    # Every item is a row below; the room's banner lines above them said each one twice.
     # Remote text (kernel lines, a process's own name in them, error messages) is in every
     # column: tables.py makes each cell inert.
     table = box_table("gpuroom doctor (ids: docs/GOTCHAS.md)",
@@ -86,7 +85,8 @@ def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger
     for f in findings:
         add_row(table, (f.severity, f.host, f.id, f.title, f.seen, f.fix))
     for d in failed:
-        add_row(table, ("critical", d.host, "job", d.text, "-",
+        # "CRITICAL HOST: job ..." without the two words the sev and host columns say.
+        add_row(table, ("critical", d.host, "job", d.text.split(": ", 1)[-1], "-",
                         d.fix))
     if not findings and not failed:
         add_row(table, ("ok", "-", "-", "nothing wrong seen", "-", "-"))
@@ -96,6 +96,16 @@ def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger
         for c in clocks:
             add_row(ctable, (c.severity, c.host, c.kind, c.text))
         print_table(ctable)
+    _print_counts(findings, clocks, failed)
+
+
+def _print_counts(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger]) -> None:
+    """One closing line: how many items of each severity the tables above hold."""
+    severities = [f.severity for f in findings] + [c.severity for c in clocks] + \
+        ["critical"] * len(failed)
+    crit, warn = severities.count("critical"), severities.count("warn")
+    if crit or warn:
+        print_line(f"{crit} critical, {warn} warn", "bold red" if crit else "yellow")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

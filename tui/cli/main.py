@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import os
 import select
@@ -20,7 +21,7 @@ from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import list_profiles
-from gpuroom.tui.cli.load import host_config, load_config
+from gpuroom.tui.cli.load import host_config, load_config, unknown_host
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
 from gpuroom.tui.fleet.live import Fleet, Recorder
@@ -199,10 +200,9 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}"
               f"{_backed_up(cfg.save(config))}")
         return EXIT_OK
-    if args.hosts_cmd == "remove":
+    if args.hosts_cmd in ("remove", "rm"):
         if config.hosts.pop(args.name, None) is None:
-            print(f"gpuroom: no host {args.name!r} in {config.path}", file=sys.stderr)
-            return EXIT_USAGE
+            raise unknown_host(config, args.name, adding=False)
         print(f"removed {args.name} from {config.path}{_backed_up(cfg.save(config))}")
         return EXIT_OK
     if args.hosts_cmd == "import":
@@ -301,8 +301,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return app.return_code or EXIT_OK  # non-zero when the room ended on an error
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, one source of truth)."""
+    try:
+        return importlib.metadata.version("gpuroom")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuroom", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpuroom {_version()}")
     parser.add_argument("--config", metavar="PATH",
                         help=f"hosts.toml to use (default {cfg.default_config_path()})")
     parser.add_argument("--record", metavar="FILE",
@@ -328,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssh", help="ssh config alias (default: NAME)")
     p.add_argument("--profile", default=cfg.DEFAULT_PROFILE)
     p.add_argument("--price", type=float, default=None, help="price per hour")
-    p = hsub.add_parser("remove")
+    p = hsub.add_parser("remove", aliases=["rm"], help="remove a host (its comments and the "
+                        "others' stay; the previous file is kept as hosts.toml.bak)")
     p.add_argument("name")
     p = hsub.add_parser("import")
     p.add_argument("--ssh-config", help="ssh config to read (default ~/.ssh/config)")
@@ -362,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.pull import add_cli as add_transfer_cli
 
     add_transfer_cli(sub)
+    from gpuroom.tui.cli.push import add_cli as add_push_cli
+
+    add_push_cli(sub)
     from gpuroom.tui.cli.secret import add_cli as add_secret_cli
 
     add_secret_cli(sub)

@@ -22,7 +22,7 @@ from gpuroom.profiles import Profile, ProfileError, load_profile
 from gpuroom.remote.preempt import CLOUDS
 from gpuroom.remote.queue_events import DEFAULT_QUEUE
 from gpuroom.remote.secrets import redact_env
-from gpuroom.tui.cli.load import host_config, load_config, no_host
+from gpuroom.tui.cli.load import host_config, load_config, unknown_host
 from gpuroom.tui.cli.tables import Cell, add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError, with_fix
 from gpuroom.tui.fleet.intent import (
@@ -293,7 +293,7 @@ async def _place(args: argparse.Namespace) -> int | None:
                                                    if h.strip()]
     unknown = [h for h in wanted if h not in hosts]
     if unknown:
-        raise no_host(config, unknown[0])
+        raise unknown_host(config, unknown[0])
     fleet = Fleet(config)
     try:
         states = await asyncio.gather(*(fleet.poll_host(h) for h in wanted))
@@ -305,9 +305,13 @@ async def _place(args: argparse.Namespace) -> int | None:
     for line in placed.seen:
         print_line(f"  {line}", "dim", err=True)
     if placed.host is None:
-        print_line(with_fix(f"gpuroom queue add: {placed.why}",
-                            "wait, ask for fewer GPUs or less VRAM, or name a host"),
-                   "red", err=True)
+        if placed.most_gpus == 0:  # a CPU fleet: no wait brings a GPU
+            fix = "run it on the CPU: the same command with --gpus 0"
+        elif placed.most_gpus is not None:
+            fix = f"ask for at most --gpus {placed.most_gpus}, or add a bigger host"
+        else:
+            fix = "wait, ask for fewer GPUs or less VRAM, or name a host"
+        print_line(with_fix(f"gpuroom queue add: {placed.why}", fix), "red", err=True)
         return 1
     print_line(placed.why, err=bool(args.json))
     args.host = placed.host
@@ -478,7 +482,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
     """The box's answer to add/config/kill/relaunch: JSON with --json, else one line."""
-    if args.json:
+    if getattr(args, "json", False):  # verify has no --json: its refusal is a line too
         print(json.dumps(doc))
     else:
         ok = bool(doc.get("ok"))

@@ -15,14 +15,17 @@ import json
 import os
 import shlex
 import sys
+import time
 from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.secrets import MAX_SECRET_BYTES, SecretError, check_name
 from gpuroom.tui.cli.load import host_config, load_config
+from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.present.format import fmt_age
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import load_answer
 from gpuroom.tui.transport.link import LinkError
@@ -45,6 +48,8 @@ def add_cli(sub: Any) -> None:
     p = ssub.add_parser("rm")
     p.add_argument("host")
     p.add_argument("name")
+    for p in ssub.choices.values():
+        p.add_argument("--json", action="store_true", help="the helper's answer as JSON")
     secret.set_defaults(func=cmd_secret)
 
 
@@ -110,8 +115,36 @@ async def _run(args: argparse.Namespace) -> int:
     if not doc.get("ok"):
         print(f"gpuroom: {args.host}: {sanitize_line(str(doc.get('error')))}", file=sys.stderr)
         return 1
-    print(json.dumps(doc))
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        _print_answer(args, doc)
     return 0
+
+
+def _print_answer(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """The helper's answer in words (names, sizes and modes are the box's: made inert)."""
+    host = args.host
+    if args.secret_cmd == "push":
+        print_line(f"{host}: secret {args.name} stored ({doc.get('bytes')} bytes, mode "
+                   f"{doc.get('mode')}) at {doc.get('path')}; a job gets it with "
+                   f"queue add {host} --secret {args.name}")
+    elif args.secret_cmd == "rm":
+        print_line(f"{host}: secret {args.name} "
+                   + ("removed" if doc.get("removed") else "was not there"))
+    else:
+        items = [i for i in doc.get("secrets") or [] if isinstance(i, dict)]
+        if not items:
+            print_line(f"{host}: no secrets in {doc.get('dir')}")
+            return
+        table = box_table(f"secrets on {host}", ("name", "bytes", "mode", "age"))
+        now = time.time()
+        for i in items:
+            mtime = i.get("mtime")
+            age = fmt_age(now - mtime) if isinstance(mtime, (int, float)) else None
+            add_row(table, (i.get("name"), i.get("bytes"), i.get("mode"), age))
+        print_table(table)
+        print_line(f"in {doc.get('dir')} on {host}; values are never shown")
 
 
 def cmd_secret(args: argparse.Namespace) -> int:

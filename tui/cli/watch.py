@@ -15,8 +15,9 @@ import sys
 from typing import Any
 
 from gpuroom.tui.cli.load import load_config
+from gpuroom.tui.config import Config
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.mirror import MirrorOutcome
+from gpuroom.tui.fleet.mirror import MirrorOutcome, mirror_default
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 
@@ -34,6 +35,19 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until ctrl+c)")
     p.set_defaults(func=cmd_watch)
+
+
+def start_line(config: Config, duration: float | None) -> str:
+    """What the watch watches, said once at start: until its first outcome it prints
+    nothing, which read as a watch that does nothing."""
+    hosts = ", ".join(f"{h.name} (mirror {'on' if mirror_default(h) else 'off'})"
+                      for h in config.effective_hosts())
+    s = config.settings
+    until = f"for {duration:g}s" if duration is not None else "until ctrl+c"
+    notify = "; alerts to notify_url" if s.notify_url else ""
+    return sanitize_line(f"gpuroom watch: {hosts}; polled every {s.poll_interval_s:g}s, "
+                         f"--failover jobs moved after {s.failover_after_s:g}s down{notify}; "
+                         f"{until}")
 
 
 async def _watch(args: argparse.Namespace) -> None:
@@ -60,6 +74,7 @@ async def _watch(args: argparse.Namespace) -> None:
             sends.add(task)
             task.add_done_callback(sends.discard)
 
+    print(start_line(config, args.duration), file=sys.stderr, flush=True)
     fleet = Fleet(config, mirror=True, on_mirror=said)
     runner = asyncio.ensure_future(fleet.run(lambda _host: None))
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuroom.tui.errors import GpuroomError
@@ -17,6 +18,26 @@ from gpuroom.tui.model import HostState, LinkState, PendingAction, Snapshot
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.snapshot import Job, LogChunk
 from gpuroom.tui.transport.pull import Progress, PullResult
+
+
+@dataclass(frozen=True)
+class ConfigReload:
+    """hosts.toml changed and was read again: the hosts it added, removed and changed, or
+    why the new file was refused (the old config stays)."""
+
+    error: str | None = None
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.error is not None:
+            return f"hosts.toml changed but was not applied: {self.error}"
+        parts = [f"{what} {', '.join(names)}" for what, names in
+                 (("added", self.added), ("removed", self.removed), ("changed", self.changed))
+                 if names]
+        return "hosts.toml re-read: " + ("; ".join(parts) or "no host changed")
 
 
 class FleetError(GpuroomError):
@@ -33,6 +54,10 @@ class FleetAPI(Protocol):
         ...
 
     async def refresh(self, host: str | None = None) -> None: ...
+
+    def reload_config(self) -> ConfigReload | None:
+        """hosts.toml read again if it changed since last read; None when it did not."""
+        ...
 
     def show_log(self, host: str, job_key: str) -> None:
         """The room starts showing this job's log ("queue/id"): fetch its tail soon."""
@@ -202,6 +227,9 @@ class StaticFleet(PendingLedger):
     async def refresh(self, host: str | None = None) -> None:
         for h in self._hosts if host is None else [self.host(host)]:
             self._changed(h.name)
+
+    def reload_config(self) -> ConfigReload | None:
+        return None  # a scenario or a recording has no hosts.toml
 
     def show_log(self, host: str, job_key: str) -> None:
         """A recording holds the bytes it holds: nothing to ask for."""

@@ -17,8 +17,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from gpuroom.profiles import ProfileError, load_profile
 from gpuroom.remote.queue_events import LIVE_STATES
-from gpuroom.tui.config import Config, HostConfig
+from gpuroom.tui.config import Config, ConfigError, HostConfig, load
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.fleet.api import ConfigReload
 from gpuroom.tui.fleet.intent import Intent, check_job_id, move_target_refusal
 from gpuroom.tui.fleet.mirror import (
     LIST_DEADLINE_S,
@@ -63,6 +64,34 @@ def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
     raw = min(cap_s, base_s * 2.0 ** max(0, failures - 1))
     jitter = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
     return raw * jitter
+
+
+def _configured(state: HostState, host: HostConfig) -> HostState:
+    """``state`` with what hosts.toml says of ``host`` (at start, and after a reload)."""
+    state.profile, state.price_per_hour, state.rented_at = (host.profile, host.price_per_hour,
+                                                            host.rented_at)
+    state.stall_after_s, state.cpu_training_after_s = (host.stall_after_s,
+                                                       host.cpu_training_after_s)
+    state.mtbf_s, state.spot, state.code, state.error = (host.mtbf_s, host.spot, host.code,
+                                                         host.error)
+    return state
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _close_soon(link: HostLink) -> None:
+    """Close a link no host uses any more, without waiting for it."""
+    task = asyncio.get_running_loop().create_task(link.close())
+    _CLOSING.add(task)
+    task.add_done_callback(_CLOSING.discard)
+
+
+_CLOSING: set[asyncio.Task[None]] = set()  # referenced until done: the loop keeps weak refs
 
 
 def watched_mounts(host: HostConfig) -> list[str]:
@@ -140,18 +169,9 @@ class Fleet(PendingLedger):
         self._runner_tries: dict[tuple[str, str], float] = {}
         self._hosts: dict[str, HostConfig] = {h.name: h for h in config.effective_hosts()}
         self._states: dict[str, HostState] = {
-            h.name: HostState(name=h.name, profile=h.profile, price_per_hour=h.price_per_hour,
-                              rented_at=h.rented_at, stall_after_s=h.stall_after_s,
-                              cpu_training_after_s=h.cpu_training_after_s,
-                              mtbf_s=h.mtbf_s, spot=h.spot, code=h.code,
-                              error=h.error)
-            for h in self._hosts.values()
-        }
-        ssh_config = config.ssh_config_path()
-        self._links: dict[str, HostLink] = {
-            h.name: HostLink(h, ssh_config=ssh_config, mode=config.settings.poll_mode)
-            for h in self._hosts.values()
-        }
+            h.name: _configured(HostState(name=h.name), h) for h in self._hosts.values()}
+        self._links: dict[str, HostLink] = {h.name: self._new_link(h)
+                                            for h in self._hosts.values()}
         self._mounts = {h.name: watched_mounts(h) for h in self._hosts.values()}
         self._cursors: dict[str, dict[str, Any]] = {h: {} for h in self._hosts}
         self._failures: dict[str, int] = dict.fromkeys(self._hosts, 0)
@@ -160,6 +180,9 @@ class Fleet(PendingLedger):
         self._sem = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._wake: dict[str, asyncio.Event] = {}
         self._pull_records = PullRecords()
+        self._loops: dict[str, asyncio.Task[None]] = {}  # host -> its poll loop, while run runs
+        self._loops_changed = asyncio.Event()
+        self._config_mtime = _mtime_ns(config.path)
         self._on_change: Callable[[str], None] | None = None
         self._on_mirror = on_mirror
         self._failover_tries: dict[tuple[str, str], float] = {}  # (host, job): last try
@@ -180,8 +203,67 @@ class Fleet(PendingLedger):
         self._unreachable: set[str] = set()
         self._witnessed_boot: dict[str, str] = {}
 
+    def _new_link(self, host: HostConfig) -> HostLink:
+        return HostLink(host, ssh_config=self.config.ssh_config_path(),
+                        mode=self.config.settings.poll_mode)
+
     def hosts(self) -> list[HostState]:
         return list(self._states.values())
+
+    def reload_config(self) -> ConfigReload | None:
+        """hosts.toml read again when its mtime changed since it was last read (None when
+        it did not), validated as at start. A file that does not validate changes nothing:
+        the old config stays and the reload carries the error to show."""
+        mtime = _mtime_ns(self.config.path)
+        if mtime == self._config_mtime:
+            return None
+        self._config_mtime = mtime
+        try:
+            new = load(self.config.path)
+        except ConfigError as exc:
+            return ConfigReload(error=str(exc))
+        return self._apply_config(new)
+
+    def _apply_config(self, new: Config) -> ConfigReload:
+        """Hosts added get a state, a link and a poll loop; hosts removed lose them; a host
+        whose table changed keeps its last snapshot and gets a new link. Settings are the new
+        file's from the next poll on (the alert settings are the room's, read at its start)."""
+        old_ssh = self.config.ssh_config_path()
+        self.config = new
+        if self.mirror is not None:
+            self.mirror.settings = new.settings
+        wanted = {h.name: h for h in new.effective_hosts()}
+        removed = [n for n in self._hosts if n not in wanted]
+        added = [n for n in wanted if n not in self._hosts]
+        changed = [n for n in wanted if n in self._hosts and
+                   (wanted[n] != self._hosts[n] or new.ssh_config_path() != old_ssh)]
+        for name in removed:
+            loop = self._loops.pop(name, None)
+            if loop is not None:
+                loop.cancel()
+            _close_soon(self._links.pop(name))
+            for table in (self._hosts, self._states, self._mounts, self._cursors,
+                          self._failures, self._wake, self._tail_wanted):
+                table.pop(name, None)
+        for name in added + changed:
+            host = wanted[name]
+            self._hosts[name] = host
+            self._states[name] = _configured(self._states.get(name) or HostState(name=name),
+                                             host)
+            old = self._links.get(name)
+            if old is not None:
+                _close_soon(old)
+            self._links[name] = self._new_link(host)
+            self._mounts[name] = watched_mounts(host)
+            self._cursors.setdefault(name, {})
+            self._failures.setdefault(name, 0)
+        if self._on_change is not None:
+            for name in added:
+                self._loops[name] = asyncio.create_task(self._host_loop(name, self._on_change))
+            for name in removed + added + changed:
+                self._on_change(name)
+        self._loops_changed.set()
+        return ConfigReload(added=tuple(added), removed=tuple(removed), changed=tuple(changed))
 
     def _pending_host(self, host: str) -> HostState | None:
         return self._states.get(host)
@@ -474,8 +556,8 @@ class Fleet(PendingLedger):
 
     async def _host_loop(self, name: str, on_change: Callable[[str], None]) -> None:
         wake = self._wake.setdefault(name, asyncio.Event())
-        interval = self.config.settings.poll_interval_s
         while True:
+            interval = self.config.settings.poll_interval_s  # a reloaded file's from now on
             # Cleared before the poll: a wake-up asked for while it runs (the room selected
             # another job) polls again at once instead of being lost.
             wake.clear()
@@ -502,13 +584,24 @@ class Fleet(PendingLedger):
     async def run(self, on_change: Callable[[str], None]) -> None:
         """Poll every host forever (each on its own schedule) until cancelled."""
         self._on_change = on_change
-        tasks = [asyncio.create_task(self._host_loop(n, on_change)) for n in self._states]
+        self._loops = {n: asyncio.create_task(self._host_loop(n, on_change))
+                       for n in self._states}
         try:
-            await asyncio.gather(*tasks)
+            while True:  # the loops change when hosts.toml does (reload_config)
+                self._loops_changed.clear()
+                changed = asyncio.ensure_future(self._loops_changed.wait())
+                loops = list(self._loops.values())
+                done, _ = await asyncio.wait([*loops, changed],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+                for task in done:
+                    if task is not changed and not task.cancelled() and task.exception():
+                        raise task.exception()  # type: ignore[misc]  # a bug in a loop
         finally:
-            for task in tasks:
+            loops = list(self._loops.values())
+            for task in loops:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*loops, return_exceptions=True)
             await self.close()
 
     async def refresh(self, host: str | None = None) -> None:

@@ -25,19 +25,32 @@ def checkpoint_step(path: str | None) -> int | None:
     return int(found[-1]) if found else None
 
 
+def _span(a: Attempt) -> str:
+    """"2026-11-26 20:17:54 -> 20:17:55 UTC": the end's date only when it differs, so the
+    attempt's line fits 80 columns instead of wrapping mid-item."""
+    if a.start is None:
+        return "not started"
+    start = fmt_utc(a.start)
+    if a.end is None:
+        return f"{start} -> running"
+    end = fmt_utc(a.end)
+    if end[:10] == start[:10]:
+        return f"{start.removesuffix(' UTC')} -> {end[11:]}"
+    return f"{start} -> {end}"
+
+
 def _attempt_text(a: Attempt) -> str:
-    start = fmt_utc(a.start) if a.start is not None else "not started"
-    end = fmt_utc(a.end) if a.end is not None else "running"
     if a.signal:
         how = f"signal {fmt_text(a.signal)}"
     elif a.exit_code is not None:
         how = f"exit {a.exit_code}"
     else:
         how = "no exit yet"
-    duration = fmt_age(a.duration) if a.duration is not None else "-"
-    reason = fmt_text(a.end_reason) if a.end_reason else "-"
+    duration = f" ({fmt_age(a.duration)})" if a.duration is not None else ""
+    # "exited" says what the exit code says already; "killed", "reboot" say more.
+    reason = f", {fmt_text(a.end_reason)}" if a.end_reason and a.end_reason != "exited" else ""
     gpus = ",".join(str(g) for g in a.gpus) if a.gpus else "none"
-    return f"{start} -> {end}, {how}, {duration}, ended: {reason}, GPUs {gpus}"
+    return f"{_span(a)}{duration}, {how}{reason}, GPUs {gpus}"
 
 
 def _checkpoint_text(ckpt: Checkpoint | None, now: float) -> str:
@@ -77,7 +90,11 @@ def detail_rows(job: Job, now: float, lineage: str = "") -> Rows:
     ``queue show`` prints them as lines, the room's job detail (enter) as a table. Env values
     are never shown (one may be a token). ``lineage``: HostState.moves' text for the job
     ("moved to B/j3", "from A/j7"), the one the ``i`` detail shows."""
-    keys = ", ".join(fmt_text(k) for k in sorted(job.env))
+    # A pushed secret reaches the job as an env var too: named with its secret, never valued.
+    names = {k: fmt_text(k) for k in job.env}
+    names.update((var, f"{fmt_text(var)} (secret {fmt_text(name)})" if var != name
+                  else f"{fmt_text(var)} (secret)") for var, name in job.secrets)
+    keys = ", ".join(names[k] for k in sorted(names))
     asked = "default (1 on a GPU box)" if job.gpus is None else str(job.gpus)
     last = job.last_attempt
     given = ",".join(str(g) for g in last.gpus) if last is not None and last.gpus else "none"

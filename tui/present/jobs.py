@@ -95,6 +95,13 @@ class JobRow:
         return fmt_age(self.ckpt_age_s) + home
 
     @property
+    def ckpt_short(self) -> str:
+        """The ckpt cell where the pane is narrow: "35s (12000 home)", so the command keeps
+        its room ("ckpt step 12000 home, 2m" took 28 columns and left the command 3)."""
+        home = f" ({self.home_step} home)" if self.home_step is not None else ""
+        return fmt_age(self.ckpt_age_s) + home
+
+    @property
     def state_text(self) -> str:
         """The state, and for a waiting job why it waits: "queued: GPU 0 held by pid 7"."""
         return f"{self.state}: {self.waiting}" if self.waiting else self.state

@@ -14,8 +14,8 @@ from gpuroom.tui.snapshot import Snapshot
 # The pane cuts bytes into inert display lines with the sanitizer's splitter; it is named
 # here so widgets need nothing but tui/present/.
 __all__ = ["MAX_MATCHES", "LineSplitter", "LogChunk", "LogCursor", "Match", "advance_log",
-           "chunk_of", "find_matches", "log_chunk", "log_key", "match_label", "prepend_log",
-           "step_match"]
+           "chunk_of", "find_matches", "last_error_line", "log_chunk", "log_key", "match_label",
+           "prepend_log", "step_match"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,23 @@ def match_label(needle: str, current: int | None, total: int, limit: int = MAX_M
     if current is None:
         return f"/{needle}: {count} match{'es' if total > 1 else ''} (n / N)"
     return f"/{needle}: match {current + 1}/{count}"
+
+
+ATTEMPT_HEADER = "=== gpuroom "  # the runner's line before each attempt's output
+ERROR_LOOKBACK_LINES = 40  # an error further up is history, not why the job just stopped
+# What a job's last words look like when it dies: Python's exception line ("torch.
+# OutOfMemoryError: CUDA out of memory ..."), a tool's "error:"/"fatal:", the shell's "Killed".
+_ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|(?:error|fatal)\b"
+                         r"|Killed$|Segmentation fault)", re.IGNORECASE)
+
+
+def last_error_line(lines: Sequence[str], width: int) -> str | None:
+    """The last error line among the log's last lines, of the attempt shown last, when the
+    pane, ``width`` columns wide, cuts it (a narrow room cut "CUDA out of memo"); None when
+    there is none or it fits."""
+    for line in reversed(lines[-ERROR_LOOKBACK_LINES:]):
+        if line.startswith(ATTEMPT_HEADER):
+            return None  # an earlier attempt's error: this one was relaunched past it
+        if _ERROR_LINE.match(line):
+            return line if len(line) > width else None
+    return None

@@ -48,7 +48,7 @@ from gpuroom.tui.present.jobs import (
     JobRow,
     job_rows,
 )
-from gpuroom.tui.present.log import chunk_of, log_chunk, log_key
+from gpuroom.tui.present.log import chunk_of, last_error_line, log_chunk, log_key
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -77,6 +77,7 @@ from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
+from gpuroom.widgets.errorline import LastErrorLine
 from gpuroom.widgets.gpu import GpuPanel
 from gpuroom.widgets.hosts import HostsTable
 from gpuroom.widgets.logtail import LogTail
@@ -272,6 +273,7 @@ class GpuroomApp(MoveKey):
             yield QueueTable(id="queue")
             yield GpuPanel(id="gpu")
         with Horizontal(id="row2"):
+            yield LastErrorLine(id="logerror")
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
         self._footer = Footer()
@@ -281,6 +283,7 @@ class GpuroomApp(MoveKey):
 
     def on_resize(self) -> None:
         self._fit_footer()
+        self.call_after_refresh(self._show_error_line)  # once the log pane has its new width
 
     def _fit_footer(self) -> None:
         """The footer, or where it would lose keys off its end (q quit went first), one line
@@ -315,12 +318,27 @@ class GpuroomApp(MoveKey):
         replay's clock moves on."""
         if self.replay is not None:
             self.query_one("#replay", Static).update(self._replay_text())
+        self._reload_config()
         if all(h.state is LinkState.UP for h in self.fleet.hosts()):
             return
         self._schedule_fleet_panes()
         h = self.host(self.selected_host)
         if h is not None and h.state is not LinkState.UP:
             self._refresh_host_panes()
+
+    def _reload_config(self) -> None:
+        """An edited hosts.toml takes effect in the room (a stat a tick; read when it
+        changed); a file that does not validate is said, and the old one stays in use."""
+        reload = self.fleet.reload_config()
+        if reload is None:
+            return
+        self.notify(reload.text, severity="error" if reload.error else "information",
+                    timeout=30 if reload.error else 8)
+        if reload.error is None:
+            names = [h.name for h in self.fleet.hosts()]
+            if self.selected_host not in names and names:
+                self._select(names[0])
+            self._schedule_fleet_panes()
 
     @work(group="fleet")
     async def _run_fleet(self) -> None:
@@ -507,6 +525,14 @@ class GpuroomApp(MoveKey):
         chunk = log_chunk(h.view, job.id)
         if chunk is not None:
             log.append_chunk(chunk)
+        self._show_error_line()
+
+    def _show_error_line(self) -> None:
+        """The log's last error line in full below the panes, where the log pane cuts it."""
+        log = self.query_one(LogTail)
+        width = log.scrollable_content_region.width
+        line = last_error_line(list(log.lines), width) if log.source and width else None
+        self.query_one(LastErrorLine).line = f"{log.source}: {line}" if line else ""
 
     def _select(self, host: str) -> None:
         self.selected_host = host

@@ -42,6 +42,9 @@ KEYS: tuple[Key, ...] = (
         palette=False),
     Key("n,N", "", "log pane: next / previous match of the search (pauses follow)",
         palette=False),
+    Key("pageup,pagedown", "", "log pane: a page up / down (up pauses follow)", palette=False),
+    Key("home,end", "", "log pane: the first line kept (pauses follow) / the end, following "
+        "again", palette=False),
     Key("question_mark", "help", "this help", short="help"),
     Key("ctrl+p", "command_palette", "command palette", palette=False),
     Key("K", "kill", "kill the selected job (asks first)", short="kill", group="job"),

@@ -34,6 +34,9 @@ class Placement:
     host: str | None
     why: str
     seen: tuple[str, ...]
+    # None found, every host answered, and none has as many GPUs as asked: the most any has
+    # (0 on a CPU fleet). Waiting cannot help then; a smaller --gpus can.
+    most_gpus: int | None = None
 
 
 def _free_mib(gpu: Gpu) -> float | None:
@@ -80,5 +83,11 @@ def choose_host(candidates: Sequence[Candidate], gpus: int,
             best = (free, c, said)
     ask = f"{gpus} GPU(s)" + (f" with {fmt_number(vram_mib, ' MiB')} each" if vram_mib else "")
     if best is None:
+        answered = [c.snapshot for c in candidates
+                    if c.state is LinkState.UP and c.snapshot is not None]
+        most = max((len(snap.gpus) for snap in answered), default=0)
+        if answered and len(answered) == len(candidates) and most < gpus:
+            return Placement(None, f"no host has {ask}: the most any has is {most}",
+                             tuple(seen), most_gpus=most)
         return Placement(None, f"no host has {ask} free right now", tuple(seen))
     return Placement(best[1].name, f"picked {best[1].name} for {ask}: {best[2]}", tuple(seen))

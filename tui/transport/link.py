@@ -41,6 +41,7 @@ from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer, snapshot_problems
 from gpuroom.tui.ssh_config import check_ssh_config, ssh_config_aliases
 from gpuroom.tui.transport.helper_build import HelperArchive, helper_archive
+from gpuroom.tui.transport.openssh_trust import trust_options
 
 CONNECT_TIMEOUT_S = 10.0
 LOGIN_TIMEOUT_S = 15.0
@@ -622,6 +623,7 @@ class HostLink:
         # One connect at a time; one request at a time on the serve channel. Helper
         # subcommands run on their own exec channels beside polls.
         self._connect_lock = asyncio.Lock()
+        self._openssh_trust: list[str] | None = None
         self._serve_lock = asyncio.Lock()
 
     @property
@@ -834,7 +836,7 @@ class HostLink:
         transport = self._transport
         if isinstance(transport, SshTransport) and not transport.user_ciphers:
             argv += ["-o", f"Ciphers={OPENSSH_GCM_FIRST}"]
-        return argv
+        return argv + self.openssh_trust()
 
     def ssh_argv(self) -> list[str] | None:
         """argv of an interactive shell on the box, for the `s` key; None for local."""
@@ -843,7 +845,31 @@ class HostLink:
         argv = ["ssh"]
         if self.ssh_config is not None:
             argv += ["-F", str(self.ssh_config)]
-        return [*argv, "--", self.host.ssh]
+        return [*argv, *self.openssh_trust(), "--", self.host.ssh]
+
+    def openssh_trust(self) -> list[str]:
+        """The link's known_hosts (and, where the homes differ, identity files) for a spawned
+        OpenSSH client (openssh_trust.py); read from the ssh_config once per link."""
+        if self._openssh_trust is None:
+            self._openssh_trust = [] if self.host.local or not self.host.ssh else \
+                _openssh_trust(self.ssh_config, self.host.ssh)
+        return self._openssh_trust
+
+
+def _openssh_trust(ssh_config: Path | None, alias: str) -> list[str]:
+    """What the ssh_config makes asyncssh read for ``alias`` (its known_hosts files and
+    IdentityFile lines), as OpenSSH options (openssh_trust.py)."""
+    config = [str(ssh_config)] if ssh_config is not None and ssh_config.exists() else []
+    try:
+        options = asyncssh.SSHClientConnectionOptions(
+            config=config, host=alias, client_keys=None, agent_path=None)
+    except (OSError, ValueError, asyncssh.Error):
+        return []  # a config asyncssh cannot read fails the link itself, in its own words
+    known = options.known_hosts
+    files = None if known is None else [str(f) for f in known] if isinstance(known, list) else []
+    identities = options.config.get("IdentityFile")
+    return trust_options(files, [str(k) for k in identities]
+                         if isinstance(identities, (list, tuple)) else [])
 
 
 # ============================================================================================
@@ -1133,6 +1159,23 @@ class PushIO:
                     isinstance(exc, asyncssh.SFTPConnectionLost):
                 await self.link._drop()
             raise LinkError(self.link.name, f"copying {local.name} to {remote_final} failed: "
+                            f"{_describe(exc)}") from exc
+
+    async def makedirs(self, remote_dir: str) -> None:
+        """Create ``remote_dir`` and its parents (relative: under the login's home)."""
+        try:
+            transport = await asyncio.wait_for(self.link._connect(),
+                                               self.link._connect_deadline())
+            if isinstance(transport, SshTransport):
+                async with transport._conn.start_sftp_client() as sftp:
+                    await sftp.makedirs(remote_dir, exist_ok=True)
+            else:
+                (Path.home() / Path(remote_dir).expanduser()).mkdir(parents=True, exist_ok=True)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            if isinstance(exc, asyncssh.SFTPConnectionLost) or \
+                    not isinstance(exc, (OSError, asyncssh.SFTPError)):
+                await self.link._drop()
+            raise LinkError(self.link.name, f"creating {remote_dir} failed: "
                             f"{_describe(exc)}") from exc
 
     async def remove(self, remote_path: str) -> bool:

@@ -209,3 +209,12 @@ def test_an_unknown_host_says_the_command_that_adds_it(
     config.chmod(0o600)
     assert cli.main(["--config", str(config), "pull", "h100"]) == 2
     assert "Fix: gpuroom hosts add h100" in capsys.readouterr().err
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"gpuroom {importlib.metadata.version('gpuroom')}\n"

@@ -252,3 +252,53 @@ def test_hosts_import_without_an_ssh_config_is_an_error_naming_it(
     err = capsys.readouterr().err
     assert f"{missing} does not exist" in err and "Fix:" in err and "--ssh-config" in err
     assert not path.exists()
+
+
+@pytest.mark.attack("bad configuration", "a host key misspelled (price_per_hr): refused "
+                    "naming file, host and line, with the key it meant")
+def test_a_misspelled_host_key_is_a_config_error_that_says_the_key_it_meant(
+        tmp_path: Path) -> None:
+    p = write(tmp_path, '# my boxes\n[hosts.nubox]\nssh = "nubox"\nprice_per_hr = 2.5\n')
+    with pytest.raises(cfg.ConfigError) as caught:
+        cfg.load(p)
+    assert caught.value.message == (f"{p}: [hosts.nubox] line 4: unknown key price_per_hr, "
+                                 "did you mean price_per_hour")
+    assert caught.value.fix == "rename it to price_per_hour"
+
+
+def test_an_unknown_host_key_like_no_known_one_lists_the_known(tmp_path: Path) -> None:
+    p = write(tmp_path, '[hosts.nubox]\nssh = "nubox"\nzzz = 1\n')
+    with pytest.raises(cfg.ConfigError, match=r"unknown key zzz\. Fix: remove it") as caught:
+        cfg.load(p)
+    assert "known: code, cpu_training_after_min" in (caught.value.fix or "")
+
+
+def test_hosts_rm_removes_one_host_keeping_comments_and_a_backup(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`queue rm` exists, so `hosts rm` was tried and refused as an invalid choice."""
+    path = tmp_path / "hosts.toml"
+    text = ('# my boxes\n[hosts.nubox]  # the 4090\nssh = "nubox"\n\n'
+            '[hosts.old]\nssh = "old"  # returned\n')
+    path.write_text(text)
+    path.chmod(0o600)
+    assert main(["--config", str(path), "hosts", "rm", "old"]) == 0
+    assert path.read_text().rstrip("\n") == '# my boxes\n[hosts.nubox]  # the 4090\nssh = "nubox"'
+    assert path.with_name("hosts.toml.bak").read_text() == text
+    assert "hosts.toml.bak" in capsys.readouterr().out
+    assert main(["--config", str(path), "hosts", "rm", "nubx"]) == 2
+    err = capsys.readouterr().err
+    assert "no host 'nubx'" in err and "did you mean nubox?" in err and "hosts add" not in err
+
+
+@pytest.mark.parametrize("verb", [["queue", "ls", "nubx"], ["doctor", "nubx"],
+                                  ["probe", "nubx"], ["secret", "ls", "nubx"],
+                                  ["pull", "nubx"]])
+def test_a_misspelled_host_says_the_host_it_meant_not_hosts_add(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: list[str]) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text('[hosts.nubox]\nssh = "nubox"\n[hosts.h100]\nssh = "h100"\n')
+    path.chmod(0o600)
+    assert main(["--config", str(path), *verb]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean nubox?" in err and "Fix: type nubox instead of nubx" in err, err
+    assert "hosts add" not in err

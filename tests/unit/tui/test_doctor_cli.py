@@ -44,10 +44,25 @@ def test_doctor_json_lists_the_failed_job_and_puts_it_in_the_banner(
     assert failed[0]["text"] in doc["banner"]
 
 
-def test_doctor_table_names_the_failed_job(polled: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_table_names_the_failed_job(polled: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one row, not the words wrapped over three
     main(["--config", str(polled), "doctor"])
     out = capsys.readouterr().out
     hosts, now = _failed_fleet()
     (first, *_) = doctor_cli._failed(hosts, doctor_cli.examine(hosts, now)[0], now)
     assert first.text.split(": ", 1)[1][:30] in out.replace("\n", " ")
+
+
+def test_doctor_table_says_each_critical_once_and_counts_them(
+        polled: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The banner's top lines above the table repeated rows of the table below them."""
+    monkeypatch.setenv("COLUMNS", "400")
+    main(["--config", str(polled), "doctor"])
+    out = capsys.readouterr().out
+    hosts, now = _failed_fleet()
+    (first, *_) = doctor_cli._failed(hosts, doctor_cli.examine(hosts, now)[0], now)
+    said = first.text.split(": ", 1)[1]
+    assert said.startswith("job ") and out.count(said) == 1, out
+    assert "1 critical" in out.splitlines()[-1], out

@@ -127,3 +127,18 @@ def test_the_search_label_counts() -> None:
     assert match_label("nan", None, 17) == "/nan: 17 matches (n / N)"
     assert match_label("nan", 2, 17) == "/nan: match 3/17"
     assert match_label("a", 0, 5, limit=5) == "/a: match 1/5+"
+
+
+def test_last_error_line_is_the_cut_error_of_the_attempt_shown_last() -> None:
+    from gpuroom.tui.present.log import last_error_line
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    lines = ["=== gpuroom j5 attempt 1 ...", "step 1", "Traceback (most recent call last):",
+             '  File "train.py", line 3', oom, "gpuroom: exit 1"]
+    assert last_error_line(lines, 40) == oom
+    assert last_error_line(lines, len(oom)) is None  # it fits: shown once, in the pane
+    assert last_error_line(["error: no such file: data.bin" + "x" * 40], 40) is not None
+    assert last_error_line(["Killed"], 3) == "Killed"
+    # A relaunched job's earlier error is history once its new attempt has begun.
+    assert last_error_line([*lines, "=== gpuroom j5 attempt 2 ...", "step 1"], 40) is None
+    assert last_error_line(["loss 2.1 (no errors so far)" * 3], 10) is None

@@ -351,8 +351,10 @@ def test_a_hostile_log_line_is_quoted_inert() -> None:
                     "and a job name carrying OSC 52 and CSI 2J: the reboot finding and the "
                     "doctor's table show them as inert text")
 def test_a_forged_boot_id_and_name_reach_the_doctor_inert(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuroom.tui.cli.doctor import _print
+
+    monkeypatch.setenv("COLUMNS", "300")  # the finding in one table row, not wrapped over two
 
     j = rec.job(name="\x1b]52;c;cHduZWQ=\x07\x1b[2Jtrain")
     j["attempts"][-1]["boot_id"] = "\x1b]52;c;cHduZWQ=\x07\x1b[2J-" + "0" * 20

@@ -150,6 +150,8 @@ ELSEWHERE = {
     "queue.queues{}.runner.error",
     # A running local job's scripts compared with their launch (remote/drift.py).
     "queue.queues{}.jobs[].code_changed",
+    # The secrets a local job exports (a Slurm job refuses --secret).
+    "queue.queues{}.jobs[].secrets",
     # The allocation recording watched a path that does not exist: its disk error is real.
     *(required("failure") - {"disks[].error"}), *required("vram"),
     # A spot queue's preemption notice: tests/system/test_preempt_ssh.py polls one.
