@@ -16,6 +16,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
+from gpuroom.tui.present.text import box_text
+
 Row = tuple[str, tuple[Text, ...]]  # (key, cells)
 
 
@@ -40,7 +42,7 @@ class RowTable(DataTable[Text]):
         self.clear(columns=True)
         self._shown = []
         for label in labels:
-            self.add_column(label, key=label)
+            self.add_column(box_text(label), key=label)
 
     def set_rows(self, rows: Sequence[Row]) -> None:
         rows = _first_of_each_key(rows)
