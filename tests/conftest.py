@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # The harness is imported as `harness` (tests/ has no __init__.py); keep that working under
 # --import-mode=importlib too, which does not put tests/ on sys.path.
@@ -34,6 +35,13 @@ from paths import FIXTURES
 
 # @pytest.mark.attack's tally and docs/RELIABILITY.md (`make reliability`).
 pytest_plugins = ("harness.attacks",)
+
+# The fuzz tests (tests/unit/tui/test_*_fuzz.py) draw the same examples on every run and
+# machine, and no test is failed for being slow on a loaded box: CI stays reproducible.
+settings.register_profile("gpuroom", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow,
+                                                 HealthCheck.data_too_large])
+settings.load_profile("gpuroom")
 
 
 @pytest.fixture(scope="session")
