@@ -45,9 +45,17 @@ class Family:
     help: str
     labels: tuple[str, ...]
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    _keys: set[tuple[str, ...]] = field(default_factory=set, repr=False, compare=False)
 
     def add(self, value: float | None, *labels: str) -> None:
-        if value is not None:
+        # A box can list one GPU index or one mount twice; a series is exposed once (the
+        # OpenMetrics parser refuses the scrape otherwise): the first reading wins.
+        # A counter below zero is no count (a forged oom_kill of -1): it is left out, as a
+        # reading the box did not give, rather than fail the scrape.
+        if value is None or (self.kind == "counter" and value < 0):
+            return
+        if labels not in self._keys:
+            self._keys.add(labels)
             self.samples.append((labels, float(value)))
 
 

@@ -12,15 +12,22 @@ from contextlib import redirect_stdout
 from typing import Any
 
 import pytest
-from harness.hostile_docs import examples, hostile_snapshots
+from harness.hostile_docs import examples, hostile_snapshots, real_snapshots
 from harness.hostile_text import terminal_controls
-from hypothesis import given, settings
+from hypothesis import example, given, settings
+from prometheus_client.core import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from gpuroom.tui.cli.doctor import _failed, _print, examine
 from gpuroom.tui.cli.main import _print_table, _state_json
 from gpuroom.tui.model import HostState, LinkState
+from gpuroom.tui.present.metrics import KernelCounts, fleet_families
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.transport.metrics_http import to_metrics
 
 NOW = 1_795_294_600.0
 FUZZ = settings(max_examples=examples(40), deadline=None)
@@ -38,6 +45,14 @@ def hosts(docs: list[dict[str, Any]]) -> list[HostState]:
                          error=sanitize_line("[/] \x1b]52;c;eA==\x07 refused"), last_ok=NOW - 99,
                          last_try=NOW))
     return out
+
+
+class _Fleet:
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> Any:
+        yield from to_metrics(self.families)
 
 
 @pytest.mark.attack("trust", "generated hostile snapshots through `doctor` (diagnose, the "
@@ -65,3 +80,38 @@ def test_doctor_and_status_take_any_answer(first: dict[str, Any],
         assert terminal_controls(f"{f.title} {f.seen} {f.fix} {f.host}") == [], f.id
     for s in states:
         json.dumps(_state_json(s))  # status --json never fails on what the box sent
+
+
+def _seen_by_fuzzing() -> dict[str, Any]:
+    """What the fuzz found first: one GPU listed twice (a duplicate series) and a negative
+    oom_kill counter; both failed the OpenMetrics scrape."""
+    doc = json.loads(real_snapshots()[0])
+    doc["gpus"] = doc["gpus"] + doc["gpus"][:1]
+    doc["cgroup"]["oom_kill"] = -1
+    return doc
+
+
+@pytest.mark.attack("trust", "generated hostile snapshots through `export`: the exposition "
+                    "parses with prometheus_client's text and OpenMetrics parsers")
+@FUZZ
+@given(first=hostile_snapshots(), second=hostile_snapshots())
+@example(first=_seen_by_fuzzing(), second=_seen_by_fuzzing())
+def test_the_exposition_parses_whatever_the_box_said(first: dict[str, Any],
+                                                     second: dict[str, Any]) -> None:
+    states = hosts([first, second])
+    watch, kernel = FleetWatch(), KernelCounts()
+    for h in states:
+        watch.observe(h, NOW)
+        kernel.observe(h)
+    families = fleet_families(states, watch.findings(), watch.clocks(states, NOW), NOW,
+                              idle_for={"box0": 10.0}, kernel=kernel.counts)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fleet(families))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    parsed = {f.name: f for f in parse_text(text)}
+    assert "gpuroom_host_up" in parsed
+    om = list(parse_om(generate_openmetrics(registry).decode()))
+    assert om
+    for fam in parsed.values():
+        for sample in fam.samples:
+            assert all(terminal_controls(v) == [] for v in sample.labels.values())
