@@ -961,7 +961,8 @@ def read_optional(raw: Any) -> Snapshot | None:
 
 def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> Snapshot:
     """``snap`` with its queue section replaced by one queue holding ``jobs``."""
-    view = QueueView(name=queue, backend=None, jobs=jobs)
+    view = QueueView(name=queue, backend=None, runner=None, preempt=None, jobs=jobs,
+                     warnings=())
     return dataclasses.replace(snap, queue=Queue(queues=(view,)),
                                sections=snap.sections | {"queue"})
 

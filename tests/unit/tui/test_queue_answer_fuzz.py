@@ -26,6 +26,7 @@ from gpuroom.tui.snapshot import (
     read_queue_spec,
     read_queue_view,
     read_rundirs,
+    with_jobs,
 )
 
 NOW = 1_795_294_600.0
@@ -76,6 +77,7 @@ def test_the_fold_and_the_queue_answer_take_any_events(data: bytes) -> None:
     shown: list[Any] = [job_rows(host, NOW)]
     shown += [detail_lines(j, NOW) for j in view.jobs]
     assert [t for t in texts(shown) if terminal_controls(t)] == []
+    assert with_jobs(host.view, view.jobs).jobs == host.view.jobs  # type: ignore[union-attr]
 
 
 @settings(max_examples=examples(60), deadline=None)
