@@ -35,7 +35,7 @@ PATHS = ("../../../../etc/passwd", "/etc/shadow", "a/../../b", "./.", "..", "~/.
          "a\\..\\b", "C:\\x", "a\x00b", "//x", "x/", "")
 CONTROL_CHARS = "\x00\x07\x08\x0b\x1b\x7f\x85\x90\x9b\x9c\x9d\u202a\u202e\u2066\u2069\r\n\t"
 
-def _nested(depth: int) -> Any:
+def nested(depth: int) -> Any:
     doc: Any = "deep"
     for n in range(depth):
         doc = [doc] if n % 2 else {"x": doc}
@@ -58,7 +58,7 @@ hostile_values = st.one_of(
     leaves,
     st.lists(leaves, max_size=3),
     st.dictionaries(hostile_strings, leaves, max_size=3),
-    st.integers(50, 400).map(_nested),
+    st.integers(50, 400).map(nested),
 )
 
 

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.hostile_text import LITERALS, hostile_copy, terminal_controls
+from harness.hostile_docs import examples, mutate, nested, real_snapshots
+from harness.hostile_text import LITERALS, PAYLOADS, hostile_copy, terminal_controls
 from harness.room import screen_text
 from paths import DATA
 from textual.pilot import Pilot
 
 from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
+from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -201,4 +205,32 @@ async def test_a_job_id_sent_twice_does_not_close_the_room() -> None:
         ids = [j.id for j in app.query_one(QueueTable).jobs]
         assert len(ids) == 2 * len(set(ids))  # the pane's rows say the box sent each twice
         assert app.query_one(QueueTable).row_count == len(set(ids))
+    assert app.return_code in (None, 0)
+
+
+ROOM_VALUES: list[Any] = [*PAYLOADS, "", 10 ** 400, -(10 ** 400), -1, 0, 1e308, -1e308, 5e-324,
+                          math.nan, math.inf, -math.inf, True, None, [], {}, ["[/]"],
+                          {"[/]": "\x1b[2J"}, nested(300)]
+
+
+@pytest.mark.attack("trust", "snapshots generated from real ones (every node may become "
+                    "markup, escapes, a huge, negative or non-finite number, the wrong type, "
+                    "deep nesting or a repeated element) fed poll after poll to a running room")
+async def test_the_room_draws_generated_hostile_snapshots() -> None:
+    docs = real_snapshots()
+    fleet = StaticFleet([HostState(name="box", state=LinkState.DOWN)])
+    app = GpuroomApp(fleet, clock=lambda: 1_795_294_600.0)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        for seed in range(examples(24)):  # the same 24 snapshots on every run (deterministic)
+            rng = random.Random(seed)
+            doc = mutate(json.loads(docs[seed % len(docs)]), rng, ROOM_VALUES,
+                         (0.02, 0.1, 0.3)[seed % 3])
+            fleet.feed("box", doc if isinstance(doc, dict) else {}, 1_795_294_590.0 + seed)
+            if seed == 0:
+                await pilot.press("enter")
+            if seed % 4 == 3:
+                await pilot.press("p")
+            await pilot.pause()
+            seen(app, f"generated snapshot {seed}")
     assert app.return_code in (None, 0)
