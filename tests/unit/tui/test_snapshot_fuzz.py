@@ -6,6 +6,7 @@ text meant for a terminal carries an escape, a C1 control or a bidi override."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,6 +96,7 @@ def test_the_reader_and_every_presenter_take_any_answer(raw: str) -> None:
         doc = load_answer(raw)
     except ValueError:
         return  # the reader's contract: an answer it cannot parse is refused, said so
+    json.dumps(doc, allow_nan=False)  # what status --json and probe print back is JSON
     snapshot_problems(doc, 1)
     snap = read_snapshot(doc)
     assert snap is not None
