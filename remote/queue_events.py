@@ -306,7 +306,7 @@ def parse_lines(data: bytes) -> Tuple[List[Event], List[str]]:
             continue
         try:
             ev = json.loads(raw.decode("utf-8"))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # a line nested thousands deep
             warnings.append(f"line {n + 1} unreadable ({exc}): {raw[:80]!r}")
             continue
         if not isinstance(ev, dict) or not isinstance(ev.get("seq"), int):

@@ -15,11 +15,13 @@ snapshot tests of the app), system/ (the real sshd, tmux, rsync, Slurm and names
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # The harness is imported as `harness` (tests/ has no __init__.py); keep that working under
 # --import-mode=importlib too, which does not put tests/ on sys.path.
@@ -34,6 +36,16 @@ from paths import FIXTURES
 
 # @pytest.mark.attack's tally and docs/RELIABILITY.md (`make reliability`).
 pytest_plugins = ("harness.attacks",)
+
+# The fuzz tests (tests/unit/tui/test_*_fuzz.py) draw the same examples on every run and
+# machine, and no test is failed for being slow on a loaded box: CI stays reproducible.
+# HYPOTHESIS_PROFILE=gpuroom-explore draws fresh examples (with GPUROOM_FUZZ_SCALE=20: many).
+_FUZZ_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("gpuroom", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=_FUZZ_CHECKS)
+settings.register_profile("gpuroom-explore", deadline=None, print_blob=True,
+                          suppress_health_check=_FUZZ_CHECKS)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gpuroom"))
 
 
 @pytest.fixture(scope="session")

@@ -985,7 +985,8 @@ def read_optional(raw: Any) -> Snapshot | None:
 
 def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> Snapshot:
     """``snap`` with its queue section replaced by one queue holding ``jobs``."""
-    view = QueueView(name=queue, backend=None, jobs=jobs)
+    view = QueueView(name=queue, backend=None, runner=None, preempt=None, jobs=jobs,
+                     warnings=())
     return dataclasses.replace(snap, queue=Queue(queues=(view,)),
                                sections=snap.sections | {"queue"})
 
@@ -1011,8 +1012,17 @@ def for_host(text: str, host: str) -> str:
 
 def load_answer(data: bytes | str) -> Any:
     """JSON the box wrote, parsed, or ValueError: a document nested thousands deep makes the
-    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom."""
+    json module raise RecursionError, which is an answer to refuse, not a bug in gpuroom.
+
+    NaN and Infinity (Python's json writes them; JSON has none) read as null, as the number
+    rule reads them anyway: what gpuroom writes back (``status --json``, ``probe``, a
+    recording) stays JSON that any parser reads."""
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("the answer is nested too deep to be the helper's JSON") from None
+
+
+def _no_constant(name: str) -> None:
+    """NaN, Infinity, -Infinity: no number (load_answer)."""
+    return None

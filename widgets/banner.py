@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gpuroom.tui.present.banner import Danger, banner_line
+from gpuroom.tui.present.text import plain
 
 MAX_LINES = 3
 
@@ -50,6 +51,6 @@ class DangerBanner(Widget):
             more = f"   (+{extra} more)" if extra and n == len(shown) - 1 else ""
             text.append(f"{mark} ", style=style)
             # One screen line per item: a wrapped one pushed "+N more" off the banner.
-            text.append(banner_line(d.text, width - len(mark) - 1 - len(more)))
+            text.append(plain(banner_line(d.text, width - len(mark) - 1 - len(more))))
             text.append(more, style="dim")
         return text

@@ -11,6 +11,7 @@ from textual.widget import Widget
 from gpuroom.tui.present.disks import DiskRow
 from gpuroom.tui.present.format import fmt_bytes, fmt_count, fmt_pct
 from gpuroom.tui.present.levels import Level
+from gpuroom.tui.present.text import box_text
 from gpuroom.widgets.gpu import problem_text
 
 BAR_WIDTH = 8
@@ -21,9 +22,9 @@ WIDE = 60  # columns from which sizes and counts fit beside the bars
 def bar(pct: float | None, level: Level, width: int = BAR_WIDTH) -> Text:
     """A filled bar whose colour says the level (yellow/red), not just its length."""
     if pct is None:
-        return Text("·" * width, style="dim")
+        return box_text("·" * width, "dim")
     filled = min(width, max(0, round(pct / 100 * width)))
-    text = Text("█" * filled, style=LEVEL_COLOR[level])
+    text = box_text("█" * filled, LEVEL_COLOR[level])
     text.append("░" * (width - filled), style="dim")
     return text
 
@@ -72,17 +73,17 @@ class DiskPanel(Widget):
         for d in self.disks:
             if d.error:
                 continue
-            cells: list[Text | str] = [Text(d.path)]  # box text: never markup
+            cells: list[Text] = [box_text(d.path)]  # box text: never markup
             if wide:
-                cells += [fmt_bytes(d.size_bytes), fmt_bytes(d.avail_bytes)]
+                cells += [box_text(fmt_bytes(d.size_bytes)), box_text(fmt_bytes(d.avail_bytes))]
             cells += [
-                Text(fmt_pct(d.bytes_pct), style=LEVEL_COLOR[d.bytes_level]),
+                box_text(fmt_pct(d.bytes_pct), LEVEL_COLOR[d.bytes_level]),
                 bar(d.bytes_pct, d.bytes_level),
             ]
             if wide:
-                cells += [fmt_count(d.inodes_total), fmt_count(d.inodes_free)]
+                cells += [box_text(fmt_count(d.inodes_total)), box_text(fmt_count(d.inodes_free))]
             cells += [
-                Text(fmt_pct(d.inodes_pct), style=LEVEL_COLOR[d.inodes_level]),
+                box_text(fmt_pct(d.inodes_pct), LEVEL_COLOR[d.inodes_level]),
                 bar(d.inodes_pct, d.inodes_level),
             ]
             table.add_row(*cells)
@@ -90,6 +91,6 @@ class DiskPanel(Widget):
             return table
         # A path that could not be read is one line of its own ("/workspace: not mounted"),
         # never a cell: a long error in a narrow column wrapped and broke the table.
-        lines = [Text(f"{d.path}: {d.error}", style="red", no_wrap=True, overflow="ellipsis")
+        lines = [box_text(f"{d.path}: {d.error}", "red", no_wrap=True, overflow="ellipsis")
                  for d in failed]
         return Group(table, *lines) if len(failed) < len(self.disks) else Group(*lines)

@@ -13,6 +13,7 @@ from gpuroom.tui.present.box import BoxView
 from gpuroom.tui.present.format import fmt_cut, fmt_whole, sparkline
 from gpuroom.tui.present.gpus import GpuRow, GpuView, ProcRow
 from gpuroom.tui.present.levels import Level
+from gpuroom.tui.present.text import box_text, plain
 
 WIDE = 100  # columns from which VRAM and the history sparklines fit beside the numbers
 # Below this the memory clock gives way, so the throttle reasons (U23) keep their room.
@@ -29,12 +30,12 @@ def problem_text(lines: tuple[str, ...]) -> Text:
     text = Text()
     for n, line in enumerate(lines):
         style = "bold red" if n == 0 else "yellow" if line.startswith("Fix: ") else ""
-        text.append(("\n" if n else "") + line, style=style)
+        text.append(("\n" if n else "") + plain(line), style=style)
     return text
 
 
 def _clock(cur: float | None, top: float | None) -> Text:
-    text = Text(f"{fmt_whole(cur)}/{fmt_whole(top)}")
+    text = box_text(f"{fmt_whole(cur)}/{fmt_whole(top)}")
     # U21/U23: an SM clock far below max while busy is the throttling/starvation tell.
     if cur is not None and top and cur < 0.7 * top:
         text.stylize("yellow")
@@ -61,7 +62,7 @@ class GpuPanel(Widget):
 
     def _titles(self, view: GpuView | None) -> None:
         if view is None:
-            self.border_title = Text("gpu")
+            self.border_title = box_text("gpu")
             return
         count = len(view.processes)
         # The section under the GPU rows may be cut on a many-GPU box: say how to see it all.
@@ -69,7 +70,7 @@ class GpuPanel(Widget):
             title = f"gpu processes {view.host} (p: GPU rows)"
         else:
             title = f"gpu {view.host}" + (f" (p: {count} processes)" if count else "")
-        self.border_title = Text(title)
+        self.border_title = box_text(title)
 
     def render(self) -> RenderableType:
         view = self.view
@@ -79,7 +80,7 @@ class GpuPanel(Widget):
         if view.problem:
             parts.append(problem_text(view.problem))
         elif not view.rows:
-            parts.append(Text(f"no GPU ({view.absence})", style="dim"))
+            parts.append(box_text(f"no GPU ({view.absence})", "dim"))
         if view.box is not None and not view.problem:
             parts.append(self._box_line(view.box))
         if view.rows and not self.show_processes:
@@ -111,7 +112,7 @@ class GpuPanel(Widget):
         """nvitop's process list: who holds each GPU, and what gpuroom makes of it."""
         table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False)
         for name in ("gpu", "pid", "user", "type", "MiB", "what"):
-            table.add_column(name, justify="right" if name in ("pid", "MiB") else "left",
+            table.add_column(box_text(name), justify="right" if name in ("pid", "MiB") else "left",
                              no_wrap=True)
         rows = [[p.gpu, p.pid, fmt_cut(p.user, 10), p.type, p.vram, p.mark_text]
                 for p in procs]
@@ -119,9 +120,11 @@ class GpuPanel(Widget):
                    for n, c in enumerate(table.columns))
         room = max(COMMAND_MIN, self.size.width - used) if self.size.width else None
         table.add_column("command", no_wrap=True, min_width=COMMAND_MIN)
+        # Every cell is the box's text (a process named "train.py [/]" is no markup).
         for cells, p in zip(rows, procs, strict=True):
-            table.add_row(*cells[:5], Text(cells[5], style=MARK_STYLE[p.mark]),
-                          fmt_cut(p.command, room) if room else p.command)
+            table.add_row(*(box_text(c) for c in cells[:5]),
+                          box_text(cells[5], MARK_STYLE[p.mark]),
+                          box_text(fmt_cut(p.command, room) if room else p.command))
         return table
 
     def _table(self, view: GpuView) -> Table:
@@ -133,7 +136,7 @@ class GpuPanel(Widget):
         if mem_clock:
             columns.append(("mem MHz", 9))
         for name, width in columns:
-            table.add_column(name, justify="right", no_wrap=True, min_width=width)
+            table.add_column(box_text(name), justify="right", no_wrap=True, min_width=width)
         if wide:
             table.add_column("vram GiB", justify="right", no_wrap=True)
             table.add_column("sm hist", no_wrap=True)
@@ -163,7 +166,8 @@ class GpuPanel(Widget):
         room = max(THROTTLE_MIN, self.size.width - used) if self.size.width else None
         table.add_column("throttle", no_wrap=True, min_width=THROTTLE_MIN)
         for cells, g in zip(rows, view.rows, strict=True):
-            table.add_row(*cells, _throttle(g, room))
+            table.add_row(*(box_text(c) if isinstance(c, str) else c for c in cells),
+                          _throttle(g, room))
         return table
 
 
@@ -173,7 +177,7 @@ def _width(cell: Text | str) -> int:
 
 def _hist(history: tuple[tuple[float | None, ...], ...], i: int, top: float | None) -> Text:
     values = history[i] if i < len(history) else ()
-    return Text(sparkline(values, top), style="cyan")
+    return box_text(sparkline(values, top), "cyan")
 
 
 def _vram(g: GpuRow) -> str:
@@ -186,4 +190,4 @@ def _throttle(g: GpuRow, room: int | None) -> Text:
     if not g.throttle:
         return Text("-", style="dim")
     text = g.throttle_short
-    return Text(fmt_cut(text, room) if room else text, style="bold yellow")
+    return box_text(fmt_cut(text, room) if room else text, "bold yellow")

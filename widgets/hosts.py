@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual import on
 from textual.message import Message
 from textual.reactive import reactive
@@ -13,6 +12,7 @@ from textual.widgets import DataTable
 from gpuroom.tui.present.format import fmt_cut
 from gpuroom.tui.present.hosts import HostRow
 from gpuroom.tui.present.levels import Level
+from gpuroom.tui.present.text import box_text
 from gpuroom.widgets.rowtable import RowTable
 
 LEVEL_STYLE: dict[Level, str] = {"ok": "", "warn": "bold yellow", "crit": "bold red"}
@@ -44,20 +44,20 @@ class HostsTable(RowTable):
 
     def watch_hosts(self, rows: tuple[HostRow, ...]) -> None:
         self.set_rows([(r.name, (
-            Text(r.name, style="bold"),
+            box_text(r.name, style="bold"),
             # STALE and DOWN are short by construction (link_text: the reason is in the host's
             # panes and `i`); "UP, kernel+gpus failed" may not be, and is cut with "…".
-            Text(fmt_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
-            Text(r.findings, style=LEVEL_STYLE[r.findings_level]),
-            Text(r.gpus),
-            Text(fmt_cut(r.job, 16)),
-            Text(r.disk_pct, style=LEVEL_STYLE[r.disk_level]),
-            Text(r.inode_pct, style=LEVEL_STYLE[r.inode_level]),
-            Text(r.billed),
-            Text(r.box, style=LEVEL_STYLE[r.box_level]),
-            Text(r.sm_clock),
-            Text(r.power),
-            Text(r.profile),
+            box_text(fmt_cut(r.state, STATE_WIDTH), style=LEVEL_STYLE[r.level]),
+            box_text(r.findings, style=LEVEL_STYLE[r.findings_level]),
+            box_text(r.gpus),
+            box_text(fmt_cut(r.job, 16)),
+            box_text(r.disk_pct, style=LEVEL_STYLE[r.disk_level]),
+            box_text(r.inode_pct, style=LEVEL_STYLE[r.inode_level]),
+            box_text(r.billed),
+            box_text(r.box, style=LEVEL_STYLE[r.box_level]),
+            box_text(r.sm_clock),
+            box_text(r.power),
+            box_text(r.profile),
         )) for r in rows])
 
     @property

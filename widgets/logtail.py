@@ -7,7 +7,6 @@ from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.style import Style
-from rich.text import Text
 from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
@@ -28,6 +27,7 @@ from gpuroom.tui.present.log import (
     prepend_log,
     step_match,
 )
+from gpuroom.tui.present.text import box_text
 
 MAX_LINES = 10_000  # ring of lines kept; older ones drop off the top
 MATCH_STYLE = Style(color="black", bgcolor="yellow")
@@ -133,8 +133,8 @@ class LogTail(Log):
         title = f"log {self.source} ({mode})" if self.source else f"log ({mode})"
         if self.search:
             title += "  " + match_label(self.search, self.current, len(self.matches))
-        # Text, not markup: the job id and the search come from the box and the user.
-        self.border_title = Text(title)
+        # Never markup: the job id and the search come from the box and the user.
+        self.border_title = box_text(title)
 
     # ------------------------------------------------------------------ search
 
@@ -194,7 +194,7 @@ class LogTail(Log):
         if y in self._render_line_cache:
             return self._render_line_cache[y]
         line = self._lines[y]
-        text = Text(line, no_wrap=True)
+        text = box_text(line, no_wrap=True, limit=None)  # already display_lines
         text.stylize(rich_style)
         for start, end, current in hits:
             text.stylize(CURRENT_STYLE if current else MATCH_STYLE, start, end)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
 from textual import on
 from textual.message import Message
 from textual.reactive import reactive
@@ -12,6 +11,7 @@ from textual.widgets import DataTable
 
 from gpuroom.tui.present.format import fmt_age, fmt_cut
 from gpuroom.tui.present.jobs import STATE_STYLE, JobRow
+from gpuroom.tui.present.text import box_text
 from gpuroom.widgets.rowtable import RowTable
 
 COMMAND_WIDTH = 40  # characters of the command shown at most; the rest is "…"
@@ -63,21 +63,21 @@ class QueueTable(RowTable):
         rows = []
         for j in jobs:
             # A pending action is truthful: the box has not confirmed it yet (principle 3).
-            state = Text(_state_cell(j), style="bold magenta" if j.pending
-                         else STATE_STYLE.get(j.state, ""))
+            state = box_text(_state_cell(j), "bold magenta" if j.pending
+                             else STATE_STYLE.get(j.state, ""))
             cells = [
-                Text(j.id),
-                Text(j.name_text),
+                box_text(j.id),
+                box_text(j.name_text),
                 state,
-                Text("-" if j.attempt is None else str(j.attempt)),
-                Text(fmt_age(j.runtime_s)),
-                Text(j.ended_by),
-                Text(j.ckpt_short if short else j.ckpt_text),
-                Text(fmt_cut(j.command, width)),
+                box_text("-" if j.attempt is None else str(j.attempt)),
+                box_text(fmt_age(j.runtime_s)),
+                box_text(j.ended_by),
+                box_text(j.ckpt_short if short else j.ckpt_text),
+                box_text(fmt_cut(j.command, width)),
             ]
             if slurm:
-                # Slurm's reason text comes from the box: plain Text, never markup.
-                cells.insert(3, Text(fmt_cut(j.slurm, SLURM_WIDTH)))
+                # Slurm's reason text comes from the box, like every cell: never markup.
+                cells.insert(3, box_text(fmt_cut(j.slurm, SLURM_WIDTH)))
             rows.append((j.id, tuple(cells)))
         self.set_rows(rows)
 

@@ -16,6 +16,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
+from gpuroom.tui.present.text import box_text
+
 Row = tuple[str, tuple[Text, ...]]  # (key, cells)
 
 
@@ -40,9 +42,10 @@ class RowTable(DataTable[Text]):
         self.clear(columns=True)
         self._shown = []
         for label in labels:
-            self.add_column(label, key=label)
+            self.add_column(box_text(label), key=label)
 
     def set_rows(self, rows: Sequence[Row]) -> None:
+        rows = _first_of_each_key(rows)
         if [k for k, _ in rows] == [k for k, _ in self._shown]:
             for (key, cells), (_, old) in zip(rows, self._shown, strict=True):
                 for label, cell, before in zip(self._labels, cells, old, strict=True):
@@ -69,3 +72,15 @@ class RowTable(DataTable[Text]):
         except CellDoesNotExist:  # cursor outside the (just cleared) table
             return None
         return None if key.value is None else str(key.value)
+
+
+def _first_of_each_key(rows: Sequence[Row]) -> list[Row]:
+    """The rows with each key once, the first kept: keys come from the box (job ids), and a
+    box that sends one twice (two queues, a forged answer) must not take the table down."""
+    seen: set[str] = set()
+    out = []
+    for key, cells in rows:
+        if key not in seen:
+            seen.add(key)
+            out.append((key, cells))
+    return out

@@ -3,8 +3,9 @@
 Issue 18: a cell given to rich as a ``str`` is read as markup ("[bold]", "[/]" raising), and
 a cell that skipped gpuroom.tui.sanitize carries escape sequences (OSC 52 writes the
 clipboard) to the terminal. Here every cell and every title is plain text through
-``sanitize_line`` and then an inert ``rich.text.Text``, whatever the verb, so no verb can
-forget a field. A styled cell is ``(text, style)``: the style is ours, the text still inert.
+``sanitize_line`` and then an inert ``rich.text.Text`` (tui/present/text.py, as in the
+room), whatever the verb, so no verb can forget a field. A styled cell is
+``(text, style)``: the style is ours, the text still inert.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.present.text import box_text
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -23,13 +24,12 @@ Cell = Plain | tuple[Plain, str]
 
 
 def inert(value: Cell) -> Text:
-    """One cell: "-" for None, else its text made inert; ``(text, style)`` keeps our style."""
-    from rich.text import Text
-
+    """One cell: "-" for None, else its text made inert (present/text.py box_text, the room's
+    own way); ``(text, style)`` keeps our style."""
     style = ""
     if isinstance(value, tuple):
         value, style = value
-    return Text("-" if value is None else sanitize_line(str(value)), style=style)
+    return box_text("-" if value is None else value, style, limit=None)  # a verb prints all
 
 
 def box_table(title: str, columns: Sequence[str]) -> Table:

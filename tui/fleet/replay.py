@@ -20,7 +20,7 @@ from gpuroom.tui.fleet.api import StaticFleet
 from gpuroom.tui.localfile import LocalFileError, read_lines
 from gpuroom.tui.model import HostState, LinkState, Snapshot
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import load_answer
+from gpuroom.tui.snapshot import fmt_value, load_answer, number
 
 # A gap longer than this in a recording (the recorder was stopped, the laptop slept) is not
 # waited out at --speed 1: the replay moves on after this long.
@@ -59,12 +59,15 @@ def _parse(path: Path, n: int, raw: str) -> Record:
     if not isinstance(doc, dict):
         raise RecordingError(f"{where}: a line must be a JSON object, got {type(doc).__name__}")
     try:
-        t = float(doc["t"])
+        t = number(doc["t"])
         host = doc["host"]
         state = LinkState(doc["state"])
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordingError(f"{where}: missing or bad field {exc} (each line needs t, host, "
                              "state)", "was this written by `gpuroom record`?") from None
+    if t is None:  # not a finite number (10**400 made float() raise OverflowError)
+        raise RecordingError(f"{where}: field t must be a time in seconds, got "
+                             f"{fmt_value(doc['t'])}", "was this written by `gpuroom record`?")
     if not isinstance(host, str) or not host:
         raise RecordingError(f"{where}: field host must be a non-empty string")
     snapshot = doc.get("snapshot")
@@ -75,7 +78,7 @@ def _parse(path: Path, n: int, raw: str) -> Record:
 
     def num(key: str) -> float | None:
         value = doc.get(key)
-        return float(value) if isinstance(value, (int, float)) else None
+        return number(value) if isinstance(value, (int, float)) else None
 
     return Record(t=t, host=host, profile=str(doc.get("profile") or "generic-ssh"), state=state,
                   error=sanitize_line(doc["error"]) if isinstance(doc.get("error"), str) else None,

@@ -9,6 +9,7 @@ nvitop's bytes2human); counts are decimal ("16K", as df -hi). Pure; a value not 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -68,8 +69,8 @@ def fmt_whole(v: float | None, unit: str = "", missing: str = NA) -> str:
 def fmt_age(seconds: float | None, *, ticking: bool = False) -> str:
     """Compact, for table cells: 42s, 3m, 2h05m, 3d04h. Negative (clock skew) reads as 0s.
     ``ticking``: seconds shown under an hour (3m07s), for an age redrawn every second."""
-    if seconds is None:
-        return NA
+    if seconds is None or not math.isfinite(seconds):
+        return NA  # a difference of two forged times can be infinite
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
@@ -80,16 +81,23 @@ def fmt_age(seconds: float | None, *, ticking: bool = False) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
+def _moment(fmt: str, epoch_s: float, *, utc: bool) -> str:
+    """``epoch_s`` through strftime, or what it is when no calendar holds it: a box's clock
+    reading is any number, and the C library refuses years past its time_t."""
+    try:
+        return time.strftime(fmt, time.gmtime(epoch_s) if utc else time.localtime(epoch_s))
+    except (OverflowError, OSError, ValueError):
+        return f"(time {epoch_s:g} out of range)"
+
+
 def fmt_clock(epoch_s: float) -> str:
     """A moment in local time, to the second: 2026-11-23 18:53:20."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
+    return _moment("%Y-%m-%d %H:%M:%S", epoch_s, utc=False)
 
 
 def fmt_hhmm(epoch_s: float, *, utc: bool = False) -> str:
     """"12:30" (local time) or "12:30 UTC": a time of day close enough to need no date."""
-    if utc:
-        return time.strftime("%H:%M UTC", time.gmtime(epoch_s))
-    return time.strftime("%H:%M", time.localtime(epoch_s))
+    return _moment("%H:%M UTC" if utc else "%H:%M", epoch_s, utc=utc)
 
 
 def fmt_duration(seconds: float) -> str:
@@ -111,11 +119,13 @@ def fmt_hours(seconds: float | None) -> str:
 
 def fmt_utc(epoch: float) -> str:
     """A moment for findings, independent of this machine's zone: 2026-11-24 12:03:04 UTC."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+    return _moment("%Y-%m-%d %H:%M:%S UTC", epoch, utc=True)
 
 
 def fmt_mmss(seconds: float) -> str:
     """Slurm's own notation for time left (squeue %L): 0:41."""
+    if not math.isfinite(seconds):
+        return NA
     s = max(0, int(seconds))
     return f"{s // 60}:{s % 60:02d}"
 
@@ -137,15 +147,20 @@ def sparkline(values: Sequence[float | None], top: float | None = None) -> str:
     Scaled to the hardware maximum, not to the window's own max, so a GPU stuck at a
     throttled clock reads low instead of filling the line (U21/U23).
     """
-    got = [v for v in values if v is not None]
-    hi = top if top else (max(got) if got else 0.0)
+    got = [v for v in values if v is not None and math.isfinite(v)]
+    hi = top if top and math.isfinite(top) else (max(got) if got else 0.0)
     if not hi:
         return " " * len(values)
     steps = len(SPARK_CHARS) - 1
-    return "".join(
-        " " if v is None else SPARK_CHARS[min(steps, max(0, round(v / hi * steps)))]
-        for v in values
-    )
+
+    def block(v: float | None) -> str:
+        # A forged reading can be anything: huge over a tiny limit is infinite, NaN a gap.
+        level = None if v is None else v / hi * steps
+        if level is None or math.isnan(level):
+            return " "
+        return SPARK_CHARS[steps if level >= steps else 0 if level <= 0 else round(level)]
+
+    return "".join(block(v) for v in values)
 
 
 def fmt_text(value: object) -> str:

@@ -59,7 +59,9 @@ class Family:
     _seen: set[tuple[str, ...]] = field(default_factory=set, init=False, repr=False)
 
     def add(self, value: float | None, *labels: str) -> None:
-        if value is None:
+        # A counter below zero is no count (a forged oom_kill of -1): it is left out, as a
+        # reading the box did not give, rather than fail the scrape.
+        if value is None or (self.kind == "counter" and value < 0):
             return
         # Every value inert, host names from hosts.toml included: the exposition is read in
         # terminals (curl) as much as by Prometheus.

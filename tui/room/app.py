@@ -49,6 +49,7 @@ from gpuroom.tui.present.jobs import (
     job_rows,
 )
 from gpuroom.tui.present.log import chunk_of, last_error_line, log_chunk, log_key
+from gpuroom.tui.present.text import box_text
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -253,7 +254,7 @@ class GpuroomApp(MoveKey):
             self.notify(text, severity="error", timeout=30)
             return
         code = cause.exit_code if isinstance(cause, GpuroomError) else EXIT_INTERNAL
-        self.exit(return_code=code, message=Text(f"gpuroom: {text}"))
+        self.exit(return_code=code, message=box_text(f"gpuroom: {text}"))
         # What Textual's version signals too: whoever waits for the screen to settle (Pilot)
         # stops waiting, as the loop that raised will never settle. Unlike Textual's, the
         # exception is not kept for Pilot to re-raise: the line above is the whole report.
@@ -263,7 +264,7 @@ class GpuroomApp(MoveKey):
 
     def compose(self) -> ComposeResult:
         if self.replay is not None:
-            yield Static(self._replay_text(), id="replay", markup=False)
+            yield Static(self._replay_text(), id="replay")
         yield DangerBanner(id="banner")
         yield Input(placeholder="filter hosts (enter keeps, esc clears)", id="filter")
         yield Input(placeholder="search the log (enter keeps, then n / N; esc clears)",
@@ -277,7 +278,7 @@ class GpuroomApp(MoveKey):
             yield LogTail(id="log")
             yield DiskPanel(id="disk")
         self._footer = Footer()
-        self._hint = Static(key_hint(), id="keyhint", markup=False)
+        self._hint = Static(box_text(key_hint()), id="keyhint")
         yield self._footer
         yield self._hint
 
@@ -308,9 +309,9 @@ class GpuroomApp(MoveKey):
         self._run_fleet()
         self.set_interval(TICK_S, self._tick)
 
-    def _replay_text(self) -> str:
-        return (f"REPLAY of {sanitize_line(self.replay or '')} at {fmt_clock(self.clock())} "
-                "(recorded time): read-only, nothing reaches a box")
+    def _replay_text(self) -> Text:
+        return box_text(f"REPLAY of {self.replay or ''} at {fmt_clock(self.clock())} "
+                        "(recorded time): read-only, nothing reaches a box")
 
     def _tick(self) -> None:
         """Once a second: a host that does not answer changes nothing the fleet would
@@ -470,8 +471,8 @@ class GpuroomApp(MoveKey):
         problem = link_problem(h, now)
         lines = problem.lines() if problem is not None else ()
         queue.host = h.name
-        queue.border_title = Text(f"queue {h.name}" + (f" ({link_text(h, now)})"
-                                                       if problem else ""))
+        queue.border_title = box_text(f"queue {h.name}" + (f" ({link_text(h, now)})"
+                                                           if problem else ""))
         queue.jobs = tuple(job_rows(h, now))
         rows = tuple(gpu_rows(h.view))
         sm, pw = self._gpu_sm.get(h.name, {}), self._gpu_pw.get(h.name, {})
@@ -832,8 +833,8 @@ class GpuroomApp(MoveKey):
             if now - last[0] < PROGRESS_EVERY_S and p.done < p.total:
                 return
             last[0] = now
-            queue.border_subtitle = (f"pull {jid}: "
-                                     f"{fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}")
+            queue.border_subtitle = box_text(
+                f"pull {jid}: {fmt_progress(p.done, p.total, p.rate_bps, p.eta_s)}")
 
         try:
             results = await self.fleet.pull(host, job, progress)

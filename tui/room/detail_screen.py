@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -17,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gpuroom.tui.present.detail import Rows
+from gpuroom.tui.present.text import box_text
 
 
 class DetailScreen(ModalScreen[None]):
@@ -44,13 +44,13 @@ class DetailScreen(ModalScreen[None]):
         table.add_column(style="bold cyan", no_wrap=True)
         table.add_column(overflow="fold")  # a long command or error wraps, whole
         for label, text in self.rows:
-            # The box's words (an error, a command): Text, never markup.
-            table.add_row(Text(label), Text(text))
+            # The box's words (an error, a command): never markup, no escapes.
+            table.add_row(box_text(label), box_text(text, limit=None))  # whole: it wraps
         return table
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text(f"{self.title_text}  ({self.closes})", style="bold"))
+            yield Static(box_text(f"{self.title_text}  ({self.closes})", "bold"))
             yield Static(self._table(), id="rows")
 
     def show_rows(self, rows: Rows) -> None:

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -14,9 +13,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from gpuroom.tui.present.banner import Danger
+from gpuroom.tui.present.text import box_text
 from gpuroom.tui.rules.clock import ClockItem
 from gpuroom.tui.rules.doctor import Finding
-from gpuroom.tui.sanitize import sanitize_line
 
 SEVERITY_STYLE = {"critical": "bold red", "warn": "bold yellow", "info": "cyan"}
 
@@ -31,20 +30,20 @@ def findings_table(findings: Sequence[Finding], clocks: Sequence[ClockItem],
     table.add_column("fix", ratio=2)
     for f in findings:
         # Titles and "seen" quote kernel lines and remote errors: plain, stripped text.
-        what = Text(sanitize_line(f.title), style="bold")
-        what.append("\n" + sanitize_line(f.seen), style="")
-        table.add_row(Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")),
-                      Text(f.host), f.id, what, Text(f.fix, style="dim"))
+        what = box_text(f.title, "bold")
+        what.append("\n")
+        what.append_text(box_text(f.seen))
+        table.add_row(box_text(f.severity, SEVERITY_STYLE.get(f.severity, "")),
+                      box_text(f.host), box_text(f.id), what, box_text(f.fix, "dim"))
     for c in clocks:
-        table.add_row(Text(c.severity, style=SEVERITY_STYLE.get(c.severity, "")),
-                      Text(c.host), "clock", Text(sanitize_line(c.text)), Text(c.kind))
+        table.add_row(box_text(c.severity, SEVERITY_STYLE.get(c.severity, "")),
+                      box_text(c.host), box_text("clock"), box_text(c.text), box_text(c.kind))
     for d in failed:  # failed jobs no finding explains (the banner shows them too)
-        table.add_row(Text("critical", style=SEVERITY_STYLE["critical"]),
-                      Text(sanitize_line(d.host)), "job",
-                      Text(sanitize_line(d.text)),
-                      Text("read the job's log (select it in the queue pane)", style="dim"))
+        table.add_row(box_text("critical", SEVERITY_STYLE["critical"]),
+                      box_text(d.host), box_text("job"), box_text(d.text),
+                      box_text("read the job's log (select it in the queue pane)", "dim"))
     if not findings and not clocks and not failed:
-        table.add_row("ok", "-", "-", "nothing wrong seen", "-")
+        table.add_row(*map(box_text, ("ok", "-", "-", "nothing wrong seen", "-")))
     return table
 
 
@@ -71,10 +70,10 @@ class FindingsScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Label(f"Doctor: {len(self.findings)} finding(s), {len(self.clocks)} clock(s), "
-                        f"{len(self.failed)} failed job(s)"
-                        "  (esc closes; c clears remembered job deaths once read)",
-                        markup=False)
+            yield Label(box_text(
+                f"Doctor: {len(self.findings)} finding(s), {len(self.clocks)} clock(s), "
+                f"{len(self.failed)} failed job(s)"
+                "  (esc closes; c clears remembered job deaths once read)"))
             yield Static(findings_table(self.findings, self.clocks, self.failed))
 
     def action_close(self) -> None:

@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
+from gpuroom.tui.present.text import box_lines, box_text
 from gpuroom.tui.rules.gate import GateResult
-from gpuroom.tui.sanitize import sanitize_line
 
 
 def checklist(result: GateResult) -> Table:
@@ -26,8 +26,8 @@ def checklist(result: GateResult) -> Table:
     table.add_column()
     for item in result.items:
         mark = Text("[x]", style="green") if item.ok else Text("[ ]", style="bold red")
-        # Details carry file names from the box: plain text, control sequences stripped.
-        table.add_row(mark, item.name, Text(sanitize_line(item.detail)))
+        # Details carry file names from the box: never markup, no escapes.
+        table.add_row(mark, box_text(item.name), box_text(item.detail))
     return table
 
 
@@ -56,25 +56,25 @@ class GateScreen(ModalScreen[bool]):
         host = self.result.host
         safe = self.result.safe
         with Vertical():
-            yield Label(f"Teardown gate: {host}  (esc closes)", markup=False)
+            yield Label(box_text(f"Teardown gate: {host}  (esc closes)"))
             yield Static(checklist(self.result))
-            verdict = Label(f"{host}: safe to stop" if safe else f"{host}: NOT safe to stop",
-                            id="verdict", markup=False)
+            verdict = Label(box_text(f"{host}: safe to stop" if safe
+                                     else f"{host}: NOT safe to stop"), id="verdict")
             verdict.add_class("-safe" if safe else "-unsafe")
             yield verdict
             if safe and self.teardown:
-                yield Label(f"Your teardown_command: {shlex.join(self.teardown)}\n"
-                            f"Type {host} and enter to run it; anything else does nothing.",
-                            markup=False)
+                yield Label(box_lines(f"Your teardown_command: {shlex.join(self.teardown)}\n"
+                                      f"Type {host} and enter to run it; anything else does "
+                                      "nothing."))
                 yield Input(placeholder=f"type {host} to run the teardown", id="confirm")
                 yield Label("", id="error")
             elif safe:
-                yield Label("No teardown_command in hosts.toml: stop the box yourself "
-                            "(gpuroom never stops, destroys or deletes anything).", markup=False)
+                yield Label(box_text("No teardown_command in hosts.toml: stop the box yourself "
+                                     "(gpuroom never stops, destroys or deletes anything)."))
             else:
-                yield Label("Each unchecked item says what is missing (P pulls what is not "
-                            "home); the teardown is offered only when every item holds.",
-                            markup=False)
+                yield Label(box_text("Each unchecked item says what is missing (P pulls what is "
+                                     "not home); the teardown is offered only when every item "
+                                     "holds."))
 
     def on_mount(self) -> None:
         if self.query("#confirm"):
@@ -86,7 +86,7 @@ class GateScreen(ModalScreen[bool]):
             self.dismiss(True)
         else:
             self.query_one("#error", Label).update(
-                f"that is not {self.result.host!r}; nothing was run")
+                box_text(f"that is not {self.result.host!r}; nothing was run"))
 
     def action_close(self) -> None:
         self.dismiss(False)

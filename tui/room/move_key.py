@@ -14,6 +14,7 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from gpuroom.tui.errors import GpuroomError
+from gpuroom.tui.present.text import box_lines, box_text
 from gpuroom.tui.room.screens import ConfirmScreen
 from gpuroom.tui.room.steer import SteerKeys
 
@@ -34,8 +35,8 @@ class PickHostScreen(ModalScreen[str | None]):
         self.hosts = hosts
 
     def compose(self) -> ComposeResult:
-        yield Label(self.question, markup=False)
-        yield OptionList(*(Option(h, id=h) for h in self.hosts))
+        yield Label(box_lines(self.question))
+        yield OptionList(*(Option(box_text(h), id=h) for h in self.hosts))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)

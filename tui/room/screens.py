@@ -15,6 +15,7 @@ from textual.containers import Grid, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
+from gpuroom.tui.present.text import box_lines, box_text
 from gpuroom.tui.room.detail_screen import DetailScreen
 
 
@@ -139,8 +140,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Grid():
-            # The job name comes from the box: never parse it as markup.
-            yield Label(self.question, id="question", markup=False)
+            # The job name and command come from the box: never markup, no escapes.
+            yield Label(box_lines(self.question), id="question")
             yield Button(f"{self.yes} (y)", variant="error", id="yes")
             yield Button("Cancel (n)", variant="primary", id="no")
 
@@ -208,7 +209,7 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Add a job on {self.host}  (enter submits, esc cancels)", markup=False)
+            yield Label(box_text(f"Add a job on {self.host}  (enter submits, esc cancels)"))
             yield Label("command (split like a shell would, never run through one)",
                         classes="field")
             yield Input(placeholder="command, e.g. python train.py --lr 3e-4", id="command")
@@ -232,7 +233,7 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
                 values["cwd"] or "",
             )
         except ValueError as exc:
-            self.query_one("#error", Label).update(str(exc))
+            self.query_one("#error", Label).update(box_text(str(exc)))
             return
         self.dismiss(request)
 

@@ -28,6 +28,13 @@ class Finding:
     seen: str
     fix: str
 
+    def __post_init__(self) -> None:
+        # Titles and "seen" quote the box (a boot_id, a kernel line, a queue's name): each
+        # is one inert line from here on, wherever it goes (a table, a webhook, an argv of
+        # notify_command), whichever rule wrote it.
+        for name in ("host", "title", "seen", "fix"):
+            object.__setattr__(self, name, sanitize_line(getattr(self, name)))
+
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
 
