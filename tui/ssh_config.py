@@ -66,8 +66,8 @@ class _Walk:
         self.files += 1
         if self.files > MAX_FILES:
             raise SshConfigError(f"{path}: the ssh config's Includes read over {MAX_FILES} "
-                                 "files", "narrow the Include patterns (ssh -G HOST shows "
-                                 "what ssh reads)")
+                                 "files", f"narrow the Include patterns that lead to {path} "
+                                 "to the files you mean")
         try:
             data = read_regular(path, "the ssh config")
         except (FileNotFoundError, NotADirectoryError):
