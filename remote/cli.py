@@ -74,6 +74,8 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    if argv is None:  # started as a program (the zipapp, python -m): its own deadlines apply
+        selfexit.enable()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write("usage: gpuroom-remote {{{}}} ...\n".format(",".join(sorted(COMMANDS))))

@@ -15,6 +15,16 @@ import sys
 from typing import Any
 
 EXIT_DEADLINE = 124  # as timeout(1) says it
+# Armed only in a helper started as a program (cli.main reading sys.argv): a process that calls
+# the helper's functions in-process (the jump host's local host, the tests) must never be
+# ended by a deadline meant for a helper stuck on a box.
+_enabled = False
+
+
+def enable() -> None:
+    """Let exit_after arm deadlines in this process: it is a helper started as a program."""
+    global _enabled
+    _enabled = True
 
 
 def _expired(signum: int, frame: Any) -> None:
@@ -27,8 +37,9 @@ def _expired(signum: int, frame: Any) -> None:
 
 
 def exit_after(seconds: float) -> None:
-    """Exit with EXIT_DEADLINE after ``seconds`` (0: cancel). One deadline per process."""
-    if not hasattr(signal, "SIGALRM"):
+    """Exit with EXIT_DEADLINE after ``seconds`` (0: cancel). One deadline per process;
+    nothing unless ``enable`` was called."""
+    if not _enabled or not hasattr(signal, "SIGALRM"):
         return
     signal.signal(signal.SIGALRM, _expired)
     signal.alarm(max(0, int(seconds + 0.999)) if seconds > 0 else 0)

@@ -240,7 +240,8 @@ def test_helper_stuck_on_a_fifo_leaves_by_its_own_deadline(tmp_path: Path) -> No
     """A one-shot helper blocked in the kernel (a FIFO nobody writes) exits on its own."""
     fifo = tmp_path / "f"
     os.mkfifo(fifo)
-    code = ("import sys; from gpuroom.remote import selfexit; selfexit.exit_after(1); "
+    code = ("import sys; from gpuroom.remote import selfexit; selfexit.enable(); "
+            "selfexit.exit_after(1); "
             f"open({str(fifo)!r}, 'rb')")
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30,
@@ -248,6 +249,18 @@ def test_helper_stuck_on_a_fifo_leaves_by_its_own_deadline(tmp_path: Path) -> No
     assert proc.returncode == 124, proc
     assert time.monotonic() - started < 10
     assert b"deadline" in proc.stderr
+
+
+def test_a_helper_called_in_process_arms_no_deadline() -> None:
+    """Only a helper started as a program has a deadline of its own: the local host and the
+    tests call its verbs in-process, and an alarm left armed there ended the whole test run
+    (exit 124) two minutes after a queue verb was called."""
+    code = ("import signal, sys; from gpuroom.remote import cli; "
+            "cli.main(['queue', 'ls', '--queue', 'none-such']); "
+            "print(signal.alarm(0))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          check=False, env={**os.environ, "HOME": "/nonexistent-gpuroom-test"})
+    assert proc.stdout.strip().splitlines()[-1] == b"0", proc
 
 
 # ------------------------------------------------------------------------------ 30.6
