@@ -4,9 +4,10 @@ is too narrow to show it (the app decides which line, tui/present/log.py)."""
 from __future__ import annotations
 
 from rich.console import RenderableType
-from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
+
+from gpuroom.tui.present.text import box_text
 
 
 class LastErrorLine(Widget):
@@ -25,4 +26,4 @@ class LastErrorLine(Widget):
         self.set_class(bool(line), "-shown")
 
     def render(self) -> RenderableType:
-        return Text(self.line)  # a Text, never markup: the line is what the job printed
+        return box_text(self.line)  # never markup: the line is what the job printed

@@ -22,7 +22,7 @@ MAX_CLOCK_SKEW_S = 365 * 86400.0
 LAST_DATE_EPOCH = 253402300800.0  # 10000-01-01: datetime's range ends before it
 
 FIX = ("check the box's clock and uptime there (date -u; cat /proc/uptime; timedatectl to "
-       "turn NTP on); until they read true gpuroom bills nothing from them: set rented_at "
+       "turn NTP on); until they read true no money is counted from them: set rented_at "
        "for this host in hosts.toml to count money from your rental's start")
 
 

@@ -270,7 +270,7 @@ def test_an_unknown_host_key_like_no_known_one_lists_the_known(tmp_path: Path) -
     p = write(tmp_path, '[hosts.nubox]\nssh = "nubox"\nzzz = 1\n')
     with pytest.raises(cfg.ConfigError, match=r"unknown key zzz\. Fix: remove it") as caught:
         cfg.load(p)
-    assert "known: code, cpu_training_after_min" in (caught.value.fix or "")
+    assert "known: accept_moves, code, cpu_training_after_min" in (caught.value.fix or "")
 
 
 def test_hosts_rm_removes_one_host_keeping_comments_and_a_backup(
