@@ -559,14 +559,16 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
                         time: str | None = None, signal_lead: int | None = None,
                         cpus_per_task: int | None = None, partition: str | None = None,
                         array: str | None = None, fix_crlf: bool = False) -> ActAnswer:
-        opts = dict(name=name, gpus=gpus, retries=retries, vram_mib=vram_mib, cwd=cwd,
-                    env=env or [], secret=secret or [], output=output or [],
-                    durable_dir=durable_dir, retry_on_exit=retry_on_exit, after=after,
-                    priority=priority, mirror=mirror, failover=failover, time=time,
-                    signal_lead=signal_lead, cpus_per_task=cpus_per_task,
-                    partition=partition, array=array, fix_crlf=fix_crlf)
+        opts: dict[str, Any] = dict(name=name, gpus=gpus, retries=retries, vram_mib=vram_mib,
+                                    cwd=cwd,
+                                    env=env or [], secret=secret or [], output=output or [],
+                                    durable_dir=durable_dir, retry_on_exit=retry_on_exit,
+                                    after=after, priority=priority, mirror=mirror,
+                                    failover=failover, time=time, signal_lead=signal_lead,
+                                    cpus_per_task=cpus_per_task, partition=partition,
+                                    array=array, fix_crlf=fix_crlf)
         # env values may be credentials: the log keeps their names only.
-        logged = {**opts, "env": [e.split("=", 1)[0] for e in opts["env"]]}
+        logged = {**opts, "env": [e.split("=", 1)[0] for e in env or []]}
         return await acted("queue_add", {"host": host, "command": command, **logged},
                            tools.queue_add(host, command, opts))
 

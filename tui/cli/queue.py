@@ -502,8 +502,8 @@ async def log_chunk(link: Any, host: str, job: str, *, lines: int | None = None,
                     max_bytes: int = LOG_TAIL_BYTES) -> tuple[LogChunk, bytes]:
     """A job's log: its last ``lines`` lines, or the bytes from ``offset`` on, at most
     ``max_bytes`` (untrusted bytes: the caller makes them inert)."""
-    where = ["--lines", str(max(0, lines))] if lines is not None or offset is None \
-        else ["--offset", str(max(0, offset))]
+    where = ["--offset", str(max(0, offset))] if offset is not None and lines is None \
+        else ["--lines", str(max(0, lines or 0))]
     result = await link.helper("queue", "logs", *where, "--max-bytes", str(max_bytes),
                                "--json", "--", job)
     if result.rc != 0:
