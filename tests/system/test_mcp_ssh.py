@@ -59,10 +59,21 @@ async def call(s: Any, tool: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+def strings(doc: Any) -> Iterator[str]:
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for value in doc.values():
+            yield from strings(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from strings(value)
+
+
 def no_controls(doc: Any) -> None:
-    text = json.dumps(doc, ensure_ascii=False)
-    assert not any(ord(c) < 32 and c not in "\n\t" for c in json.loads(json.dumps(text))), text
-    assert "\x1b" not in text and "\x07" not in text
+    """Every string of the answer, decoded: no escape, no bell, no control character."""
+    for text in strings(doc):
+        assert not any(ord(c) < 32 or ord(c) == 127 for c in text), repr(text)
 
 
 def test_read_only_server_lists_typed_tools_reads_and_refuses_actions(
@@ -87,6 +98,10 @@ def test_read_only_server_lists_typed_tools_reads_and_refuses_actions(
             refused = await s.call_tool("job_kill", {"host": "box", "job": "j1"})
             assert refused.is_error
             assert "job_kill" in refused.content[0].text
+            unknown = await s.call_tool("queue_list", {"host": "nope"})
+            assert unknown.is_error
+            said = unknown.content[0].text
+            assert "nope" in said and "Fix:" in said and "Traceback" not in said
     asyncio.run(drive())
     assert not (box_config.parent / "state" / "gpuroom" / "mcp-actions.jsonl").exists()
 
@@ -123,6 +138,18 @@ def test_actions_add_wait_logs_kill_relaunch_pull_and_box_strings_come_back_iner
             pulled = await call(s, "pull", host="box", job=job)
             assert pulled["ok"], pulled
             assert list((box_config.parent / "pulls").rglob("step_00007.pt"))
+            early = await call(s, "wait_for", host="box", until="checkpoint_after", job=job,
+                               step=100, deadline_s=1.5)
+            assert not early["met"] and early["waited_s"] >= 1.5, early
+            chatty = await call(s, "queue_add", host="box", command=[
+                "python3", "-c", "import sys;[print('x'*99) for _ in range(3000)]"])
+            await call(s, "wait_for", host="box", until="job_ends", job=chatty["job"],
+                       deadline_s=30)
+            tail = await call(s, "job_logs", host="box", job=chatty["job"], lines=10**6,
+                              max_bytes=10**9)
+            # 300 KB written; the answer holds at most 64 KiB of it, whole lines.
+            assert 0 < len(tail["box_data"]["lines"]) <= (64 << 10) // 100 + 1
+            assert tail["size"] >= 300000 and tail["cursor"] == tail["size"]
             sleeper = await call(s, "queue_add", host="box", command=["sleep", "300"])
             killed = await call(s, "job_kill", host="box", job=sleeper["job"])
             assert killed["ok"], killed
@@ -135,7 +162,8 @@ def test_actions_add_wait_logs_kill_relaunch_pull_and_box_strings_come_back_iner
     log = box_config.parent / "state" / "gpuroom" / "mcp-actions.jsonl"
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [r["what"] for r in records] == ["queue_add", "wait_for", "wait_for", "pull",
-                                            "queue_add", "job_kill", "wait_for",
-                                            "job_relaunch"]
+    assert [r["what"] for r in records] == [
+        "queue_add", "wait_for", "wait_for", "pull", "wait_for", "queue_add", "wait_for",
+        "queue_add", "job_kill", "wait_for", "job_relaunch"]
+    assert records[4]["result"] == "deadline passed" and records[1]["result"] == "met"
     assert all(r["who"] == "mcp" and r["when"] and r["result"] for r in records)

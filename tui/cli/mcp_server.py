@@ -494,8 +494,10 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
     async def guarded(work: Awaitable[T]) -> T:
         try:
             return await work
-        except GpuroomError as exc:
-            raise ToolError(inert(describe(exc))) from None
+        except Exception as exc:  # a GpuroomError says its fix; anything else is a bug
+            # A bug's traceback goes to internal-errors.log, as the CLI's does; the agent
+            # reads one line, never a traceback.
+            raise ToolError(inert(describe(exc, context="gpuroom mcp"))) from None
 
     async def acted(tool: str, what: dict[str, Any], work: Awaitable[T]) -> T:
         try:
