@@ -91,13 +91,14 @@ def test_read_only_server_lists_typed_tools_reads_and_refuses_actions(
             [host] = status["hosts"]
             assert host["name"] == "box" and host["state"] == "up"
             assert host["polled"]["iso"].endswith("+00:00") and host["polled"]["ago"]
-            doctor = await call(s, "doctor", host="box")
+            doctor = await call(s, "doctor", host="box", detail=True)
             assert doctor["unreachable"] == [] and "page" in doctor
             for f in doctor["findings"]:
                 assert f["gotcha_id"] and set(f["box_data"]) == {"title", "evidence", "fix"}
             refused = await s.call_tool("job_kill", {"host": "box", "job": "j1"})
             assert refused.is_error
-            assert "job_kill" in refused.content[0].text
+            assert "read only" in refused.content[0].text
+            assert "gpuroom mcp --allow-actions" in refused.content[0].text
             unknown = await s.call_tool("queue_list", {"host": "nope"})
             assert unknown.is_error
             said = unknown.content[0].text

@@ -121,8 +121,20 @@ class FindingOut(BaseModel):
     box_data: FindingBoxData
 
 
+class ClockBoxData(BaseModel):
+    text: str
+
+
+class ClockOut(BaseModel):
+    severity: str
+    host: str
+    clock: str
+    box_data: ClockBoxData
+
+
 class DoctorAnswer(BaseModel):
     findings: list[FindingOut]
+    clocks: list[ClockOut] = Field(description="the danger clocks; only with detail")
     critical: int
     warn: int
     unreachable: list[str]
@@ -320,12 +332,16 @@ class Tools:
         return FleetStatus(hosts=[host_status(s, sum(f.host == s.name for f in findings), now,
                                               detail) for s in rows], page=page)
 
-    async def doctor(self, host: str | None, offset: int, limit: int) -> DoctorAnswer:
+    async def doctor(self, host: str | None, offset: int, limit: int,
+                     detail: bool = False) -> DoctorAnswer:
         states = await self.poll(host)
-        findings, _ = examine(states, time.time(), PullRecords().current())
+        findings, clocks = examine(states, time.time(), PullRecords().current())
         sev = [f.severity for f in findings]
         rows, page = page_of(findings, offset, limit)
         return DoctorAnswer(findings=[finding_out(f) for f in rows],
+                            clocks=[ClockOut(severity=c.severity, host=c.host, clock=c.kind,
+                                             box_data=ClockBoxData(text=inert(c.text)))
+                                    for c in clocks[:MAX_LIMIT]] if detail else [],
                             critical=sev.count("critical"), warn=sev.count("warn"),
                             unreachable=[s.name for s in states if s.state is not LinkState.UP],
                             page=page)
@@ -485,8 +501,18 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any],
+                            context: Any = None) -> Any:
+            if name in ACT_TOOLS and not allow_actions:
+                # Not listed, and said plainly when called anyway (an agent guessing names).
+                raise ToolError(
+                    f"{name} is an action and this gpuroom mcp is read only. Fix: the user "
+                    "restarts it as `gpuroom mcp --allow-actions` (their call, not the agent's)")
+            return await super().call_tool(name, arguments, context)
+
     tools = Tools(args, log or ActionLog())
-    server = MCPServer("gpuroom", instructions=(
+    server = Server("gpuroom", instructions=(
         "gpuroom's fleet of GPU boxes: status, findings by gotcha id, queue, logs, the "
         "teardown gate. " + UNTRUSTED + (" Actions are enabled." if allow_actions else
                                          " Read only: start with --allow-actions to act.")))
@@ -517,9 +543,10 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
         return await guarded(tools.fleet_status(detail, offset, limit))
 
     @server.tool(description="The doctor's findings (gotcha id from docs/GOTCHAS.md, evidence, "
-                 "fix) for one host or all. " + UNTRUSTED)
-    async def doctor(host: str | None = None, offset: int = 0, limit: int = 20) -> DoctorAnswer:
-        return await guarded(tools.doctor(host, offset, limit))
+                 "fix) for one host or all; with detail, the danger clocks too. " + UNTRUSTED)
+    async def doctor(host: str | None = None, detail: bool = False, offset: int = 0,
+                     limit: int = 20) -> DoctorAnswer:
+        return await guarded(tools.doctor(host, offset, limit, detail))
 
     @server.tool(description="A host's queue: each job's id, state, attempts, exit, newest "
                  "checkpoint step. " + UNTRUSTED)
