@@ -16,7 +16,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -283,14 +283,19 @@ class ActionLog:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or Path(platformdirs.user_state_dir("gpuroom")) / "mcp-actions.jsonl"
 
-    def write(self, tool: str, args: dict[str, Any], result: str) -> None:
+    def write(self, tool: str, args: dict[str, Any], result: str | None = None) -> None:
+        """Append one record; with no ``result``, only make sure one can be appended (an act
+        that could not be recorded is not taken)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"who": "mcp", "when": datetime.now(timezone.utc).isoformat(
-            timespec="seconds"), "what": tool, "args": args, "result": result}) + "\n"
+        # O_NOFOLLOW: a link planted where the log goes is refused, never written through.
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            os.write(fd, line.encode())
+            if result is not None:
+                os.write(fd, (json.dumps({
+                    "who": "mcp", "when": datetime.now(timezone.utc).isoformat(
+                        timespec="seconds"),
+                    "what": tool, "args": args, "result": result}) + "\n").encode())
         finally:
             os.close(fd)
 
@@ -525,7 +530,14 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
             # reads one line, never a traceback.
             raise ToolError(inert(describe(exc, context="gpuroom mcp"))) from None
 
-    async def acted(tool: str, what: dict[str, Any], work: Awaitable[T]) -> T:
+    async def acted(tool: str, what: dict[str, Any], work: Coroutine[Any, Any, T]) -> T:
+        try:
+            tools.log.write(tool, what)
+        except OSError as exc:
+            work.close()  # never awaited: the act is not taken
+            raise ToolError(inert(f"{tool} not done: the action log {tools.log.path} cannot be "
+                                  f"written ({exc.strerror}). Fix: the user makes that path "
+                                  "a regular file of theirs, or removes it")) from None
         try:
             answer = await guarded(work)
         except ToolError as exc:
