@@ -168,3 +168,19 @@ def test_actions_add_wait_logs_kill_relaunch_pull_and_box_strings_come_back_iner
         "queue_add", "job_kill", "wait_for", "job_relaunch"]
     assert records[4]["result"] == "deadline passed" and records[1]["result"] == "met"
     assert all(r["who"] == "mcp" and r["when"] and r["result"] for r in records)
+
+
+def test_a_host_hosts_toml_keeps_read_only_refuses_every_act(box_config: Path) -> None:
+    text = box_config.read_text().replace("[hosts.box]", "[hosts.box]\nmcp_actions = false")
+    box_config.write_text(text)
+
+    async def drive() -> None:
+        async with session(box_config, "--allow-actions") as s:
+            assert (await call(s, "queue_list", host="box"))["host"] == "box"  # reads still
+            refused = await s.call_tool("queue_add", {"host": "box", "command": ["true"]})
+            assert refused.is_error and "mcp_actions = false" in refused.content[0].text
+            assert (await call(s, "queue_list", host="box"))["jobs"] == []
+    asyncio.run(drive())
+    log = box_config.parent / "state" / "gpuroom" / "mcp-actions.jsonl"
+    [record] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert record["what"] == "queue_add" and record["result"].startswith("refused")

@@ -406,6 +406,14 @@ class Tools:
 
     # ------------------------------------------------------------------ acts
 
+    def may_act(self, host: str) -> None:
+        """hosts.toml's word for this host: ``mcp_actions = false`` keeps it read only."""
+        if not host_config(self.config(), host).mcp_actions:
+            raise GpuroomError(f"{host}: hosts.toml says mcp_actions = false: an agent only "
+                               "reads this host", f"the user acts on {host} with the gpuroom "
+                               f"verbs, or sets mcp_actions = true under [hosts.{host}] in "
+                               "hosts.toml")
+
     def add_args(self, host: str, command: list[str], opts: dict[str, Any]) -> argparse.Namespace:
         """The namespace `queue add` parses, from its own parser: the same defaults."""
         from gpuroom.tui.cli.main import build_parser
@@ -531,6 +539,12 @@ def build_server(args: argparse.Namespace, allow_actions: bool,
             raise ToolError(inert(describe(exc, context="gpuroom mcp"))) from None
 
     async def acted(tool: str, what: dict[str, Any], work: Coroutine[Any, Any, T]) -> T:
+        try:
+            tools.may_act(str(what["host"]))
+        except GpuroomError as exc:
+            work.close()
+            tools.log.write(tool, what, f"refused: {exc.message}")
+            raise ToolError(inert(describe(exc))) from None
         try:
             tools.log.write(tool, what)
         except OSError as exc:
