@@ -115,7 +115,7 @@ def test_actions_add_wait_logs_kill_relaunch_pull_and_box_strings_come_back_iner
         async with session(box_config, "--allow-actions") as s:
             names = {t.name for t in (await s.list_tools()).tools}
             assert names == READ_TOOLS | ACT_TOOLS
-            added = await call(s, "queue_add", host="box", name=HOSTILE,
+            added = await call(s, "queue_add", host="box", name=HOSTILE + "x" * 5000,
                                command=["python3", "-c", CKPT_JOB, HOSTILE])
             assert added["ok"] and added["job"]
             job = added["job"]
@@ -133,6 +133,7 @@ def test_actions_add_wait_logs_kill_relaunch_pull_and_box_strings_come_back_iner
             listed = await call(s, "queue_list", host="box")
             row = next(j for j in listed["jobs"] if j["id"] == job)
             assert "IGNORE PREVIOUS" in row["box_data"]["name"]
+            assert len(row["box_data"]["name"]) < 1100  # a 5 KB name comes back bounded
             no_controls(listed)
             shown = await call(s, "job_show", host="box", job=job)
             no_controls(shown)

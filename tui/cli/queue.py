@@ -208,7 +208,7 @@ def _profile(host: cfg.HostConfig | None) -> Profile | None:
         return None
 
 
-def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
+def json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     try:
         doc = load_answer(result.stdout)
     except ValueError:
@@ -365,7 +365,7 @@ async def _run(args: argparse.Namespace) -> int:
                 print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "start":
-            doc = _json_or_fail(args.host, "start", await link.helper(
+            doc = json_or_fail(args.host, "start", await link.helper(
                 "queue", "start", f"--queue={args.queue}"))
             if args.json or not doc.get("ok"):
                 return _answer(args, doc)
@@ -374,7 +374,7 @@ async def _run(args: argparse.Namespace) -> int:
                        f"({how})")
             return 0
         if args.queue_cmd == "boot-hook":
-            doc = _json_or_fail(args.host, "boot-hook",
+            doc = json_or_fail(args.host, "boot-hook",
                                 await link.helper("queue", "install-reboot-hook"))
             if args.json or not doc.get("ok"):
                 return _answer(args, doc)
@@ -388,10 +388,10 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value is not None:
                     opts.append(f"--{flag.replace('_', '-')}={value}")
-            doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
+            doc = json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             return _answer(args, doc)
         if args.queue_cmd == "ls":
-            doc = _json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
+            doc = json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
             if args.json:
                 print(json.dumps(doc))
             else:
@@ -402,7 +402,7 @@ async def _run(args: argparse.Namespace) -> int:
             return _answer(args, await job_verb(link, args.host, args.queue_cmd, args.job,
                                                 *extra))
         if args.queue_cmd in ("pause", "resume"):
-            doc = _json_or_fail(args.host, args.queue_cmd,
+            doc = json_or_fail(args.host, args.queue_cmd,
                                 await link.helper("queue", args.queue_cmd))
             return _answer(args, doc)
         if args.queue_cmd == "edit":
@@ -413,17 +413,17 @@ async def _run(args: argparse.Namespace) -> int:
             env_opts, env_stdin = env_on_stdin(args.env)
             opts += env_opts
             opts += [f"--unset-env={item}" for item in args.unset_env]
-            doc = _json_or_fail(args.host, "edit", await link.helper(
+            doc = json_or_fail(args.host, "edit", await link.helper(
                 "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
                 stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "verify":
             tree = _tree(args)  # before the box is asked: nothing to compare is the user's fix
-            doc = _json_or_fail(args.host, "show",
+            doc = json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
             return _verify(args, doc, tree)
         if args.queue_cmd == "show":
-            doc = _json_or_fail(args.host, "show",
+            doc = json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
             return _show(args, doc)
         if args.queue_cmd == "logs":
@@ -478,7 +478,7 @@ async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
         opts.append(f"--node-local={path}")
     if host is not None and host.spot:
         opts.append(f"--spot={host.spot}")
-    doc = _json_or_fail(args.host, "add", await link.helper(
+    doc = json_or_fail(args.host, "add", await link.helper(
         "queue", "add", *opts, "--", *argv, stdin=env_stdin))
     if doc.get("ok"):
         MirrorState().intents.record(dataclasses.replace(
@@ -489,7 +489,7 @@ async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
 async def job_verb(link: Any, host: str, verb: str, job: str, *extra: str) -> dict[str, Any]:
     """kill, relaunch, rm or mv of one job, for every client: the box's answer."""
     helper_verb = {"rm": "remove", "mv": "move"}.get(verb, verb)
-    return _json_or_fail(host, verb, await link.helper("queue", helper_verb, "--", job, *extra,
+    return json_or_fail(host, verb, await link.helper("queue", helper_verb, "--", job, *extra,
                                                        timeout_s=180.0))
 
 
@@ -508,7 +508,7 @@ async def log_chunk(link: Any, host: str, job: str, *, lines: int | None = None,
                                "--json", "--", job)
     if result.rc != 0:
         raise _LogsFailed(host, f"queue logs failed ({result.failure()})")
-    chunk = read_log_doc(_json_or_fail(host, "logs", result))
+    chunk = read_log_doc(json_or_fail(host, "logs", result))
     data = chunk.data
     if data is None or chunk.next_offset is None:
         raise LinkError(host, "queue logs answered a chunk without its bytes")
