@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import ProfileError, list_profiles, load_profile
 from gpuroom.profiles.render import profile_to_dict
+from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.cli.doctor import examine
 from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.main import worst_disk
@@ -50,7 +51,6 @@ MAX_LIMIT = 100  # the most rows one answer carries; ``offset`` pages on
 LOG_MAX_BYTES = 64 << 10  # a log answer's ceiling: a model's context is not a terminal
 WAIT_MAX_S = 600.0
 WAIT_EVERY_S = 1.0
-FINAL_STATES = ("succeeded", "failed", "killed", "removed")
 CURRENCY = "USD"  # hosts.toml's price_per_hour is dollars (fmt_money writes "$")
 T = TypeVar("T")
 
