@@ -411,9 +411,9 @@ class Tools:
         """hosts.toml's word for this host: ``mcp_actions = false`` keeps it read only."""
         if not host_config(self.config(), host).mcp_actions:
             raise GpuroomError(f"{host}: hosts.toml says mcp_actions = false: an agent only "
-                               "reads this host", f"the user acts on {host} with the gpuroom "
-                               f"verbs, or sets mcp_actions = true under [hosts.{host}] in "
-                               "hosts.toml")
+                               "reads this host", f"the user acts on {host} from the CLI "
+                               f"(gpuroom queue ls {host} first), or sets mcp_actions = true "
+                               f"under [hosts.{host}] in hosts.toml")
 
     def add_args(self, host: str, command: list[str], opts: dict[str, Any]) -> argparse.Namespace:
         """The namespace `queue add` parses, from its own parser: the same defaults."""
