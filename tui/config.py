@@ -77,6 +77,8 @@ class HostConfig:
     local: bool = False
     # A local host receives moved or failed-over jobs only when hosts.toml says so.
     accept_moves: bool = False
+    # `gpuroom mcp --allow-actions` may act here (add, kill, relaunch, pull); false: read only.
+    mcp_actions: bool = True
     profile: str = DEFAULT_PROFILE
     price_per_hour: float | None = None
     mounts: list[str] = field(default_factory=list)
@@ -120,6 +122,8 @@ class HostConfig:
             out["local"] = True
         if self.accept_moves:
             out["accept_moves"] = True
+        if not self.mcp_actions:
+            out["mcp_actions"] = False
         if self.ssh is not None:
             out["ssh"] = self.ssh
         if self.profile != DEFAULT_PROFILE:
@@ -202,7 +206,7 @@ def _err(path: Path, where: str, reason: str, fix: str) -> ConfigError:
 _HOST_KEYS = {"ssh", "local", "accept_moves", "profile", "price_per_hour", "mounts", "pull_to",
               "teardown_command", "python", "rented_at", "stall_after_min",
               "cpu_training_after_min", "mtbf_hours", "spot", "mirror", "workdir",
-              "code"}
+              "code", "mcp_actions"}
 
 
 def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
@@ -227,6 +231,11 @@ def _parse_host(path: Path, name: str, raw: Any) -> HostConfig:
         host.accept_moves = accept
     else:
         problems.append("accept_moves must be true or false")
+    mcp_actions = raw.get("mcp_actions", True)
+    if isinstance(mcp_actions, bool):
+        host.mcp_actions = mcp_actions
+    else:
+        problems.append("mcp_actions must be true or false")
     ssh = raw.get("ssh")
     if host.local:
         host.ssh = None

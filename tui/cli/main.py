@@ -57,7 +57,7 @@ def _state_json(state: HostState) -> dict[str, Any]:
             "snapshot": state.snapshot if up else None}
 
 
-def _worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
+def worst_disk(snapshot: Snapshot | None) -> tuple[float | None, float | None]:
     """Worst bytes % and inode % over the snapshot's disks, as the disk pane computes them."""
     rows = disk_rows(snapshot)
     bytes_pcts = [r.bytes_pct for r in rows if r.bytes_pct is not None]
@@ -70,7 +70,7 @@ def _print_table(states: list[HostState]) -> None:
                                          "inodes", "error"))
     for s in states:
         snap = s.view
-        b, i = _worst_disk(snap)
+        b, i = worst_disk(snap)
         # A negative or absurd uptime is the doctor's finding, not a number to print.
         uptime = plausible_uptime(snap, time.time()) if snap is not None else None
         hostname = snap.host.hostname if snap is not None else None
@@ -387,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.watch import add_cli as add_watch_cli
 
     add_watch_cli(sub)
+    from gpuroom.tui.cli.mcp import add_cli as add_mcp_cli
+
+    add_mcp_cli(sub)
     return parser
 
 

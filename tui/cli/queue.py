@@ -41,7 +41,7 @@ from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import LogChunk, for_host, load_answer, read_log_doc, read_queue_view
 from gpuroom.tui.transport.link import ExecResult, LinkError
 from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
@@ -208,7 +208,7 @@ def _profile(host: cfg.HostConfig | None) -> Profile | None:
         return None
 
 
-def _json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
+def json_or_fail(host: str, what: str, result: ExecResult) -> dict[str, Any]:
     try:
         doc = load_answer(result.stdout)
     except ValueError:
@@ -358,58 +358,14 @@ async def _run(args: argparse.Namespace) -> int:
             if not argv:
                 print("gpuroom queue add: give the command after --", file=sys.stderr)
                 return 2
-            opts = ["--retries", str(args.retries)]
-            if args.gpus is not None:
-                opts += ["--gpus", str(args.gpus)]
-            if args.vram_mib is not None:
-                opts += ["--vram-mib", str(args.vram_mib)]
-            for flag in ("name", "cwd", "durable_dir"):
-                value = getattr(args, flag)
-                if value:  # "--opt=value": a value starting with "-" stays a value on the box
-                    opts.append(f"--{flag.replace('_', '-')}={value}")
-            # What the user asked, recorded here once the box answers (tui/fleet/intent.py):
-            # what the mirror, a move and a failover act on; the box's copy is only shown.
-            intent = Intent(host=args.host, job="", argv=tuple(argv), added_at=time.time(),
-                            cwd=args.cwd, env=parse_env(args.env), name=args.name,
-                            gpus=args.gpus, vram_mib=args.vram_mib, retries=args.retries,
-                            retry_on_exit=args.retry_on_exit, outputs=tuple(args.output),
-                            durable_dir=args.durable_dir, priority=args.priority,
-                            mirror=bool(args.mirror),
-                            failover=failover_targets(args) if args.failover else ())
-            env_opts, env_stdin = link_env_on_stdin(intent.box_env())
-            opts += env_opts
-            opts += [f"--secret={item}" for item in args.secret]
-            opts += [f"--output={item}" for item in args.output]
-            if args.retry_on_exit:
-                opts.append("--retry-on-exit")
-            if args.after:
-                opts += ["--after", args.after]
-            if args.priority is not None:
-                opts += ["--priority", str(args.priority)]
-            if args.fix_crlf:
-                opts.append("--fix-crlf")
-            opts += ["--backend", backend, *_slurm_opts(args)]
-            host = _host(args)
-            for path in stop_surviving_paths(_profile(host)):
-                opts.append(f"--survives={path}")
-            for path in stop_only_paths(_profile(host)):
-                opts.append(f"--stop-only={path}")
-            for path in stop_surviving_paths(_profile(host), survives=False):
-                opts.append(f"--node-local={path}")
-            if host is not None and host.spot:
-                opts.append(f"--spot={host.spot}")
-            doc = _json_or_fail(args.host, "add", await link.helper(
-                "queue", "add", *opts, "--", *argv, stdin=env_stdin))
-            if doc.get("ok"):
-                MirrorState().intents.record(dataclasses.replace(
-                    intent, job=check_job_id(args.host, doc.get("job"))))
+            doc = await add_job(link, args, argv, backend)
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             if doc.get("info") and not args.json:
                 print_line(f"{args.host}: info: {doc['info']}", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "start":
-            doc = _json_or_fail(args.host, "start", await link.helper(
+            doc = json_or_fail(args.host, "start", await link.helper(
                 "queue", "start", f"--queue={args.queue}"))
             if args.json or not doc.get("ok"):
                 return _answer(args, doc)
@@ -418,7 +374,7 @@ async def _run(args: argparse.Namespace) -> int:
                        f"({how})")
             return 0
         if args.queue_cmd == "boot-hook":
-            doc = _json_or_fail(args.host, "boot-hook",
+            doc = json_or_fail(args.host, "boot-hook",
                                 await link.helper("queue", "install-reboot-hook"))
             if args.json or not doc.get("ok"):
                 return _answer(args, doc)
@@ -432,24 +388,21 @@ async def _run(args: argparse.Namespace) -> int:
                 value = getattr(args, flag)
                 if value is not None:
                     opts.append(f"--{flag.replace('_', '-')}={value}")
-            doc = _json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
+            doc = json_or_fail(args.host, "config", await link.helper("queue", "config", *opts))
             return _answer(args, doc)
         if args.queue_cmd == "ls":
-            doc = _json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
+            doc = json_or_fail(args.host, "ls", await link.helper("queue", "ls"))
             if args.json:
                 print(json.dumps(doc))
             else:
                 _print_jobs(doc, Lineage(MirrorState()).for_host(args.host))
             return 0
         if args.queue_cmd in ("kill", "relaunch", "rm", "mv"):
-            verb = {"rm": "remove", "mv": "move"}.get(args.queue_cmd, args.queue_cmd)
             extra = [str(args.to)] if args.queue_cmd == "mv" else []
-            doc = _json_or_fail(args.host, args.queue_cmd,
-                                await link.helper("queue", verb, "--", args.job, *extra,
-                                                  timeout_s=180.0))
-            return _answer(args, doc)
+            return _answer(args, await job_verb(link, args.host, args.queue_cmd, args.job,
+                                                *extra))
         if args.queue_cmd in ("pause", "resume"):
-            doc = _json_or_fail(args.host, args.queue_cmd,
+            doc = json_or_fail(args.host, args.queue_cmd,
                                 await link.helper("queue", args.queue_cmd))
             return _answer(args, doc)
         if args.queue_cmd == "edit":
@@ -460,17 +413,17 @@ async def _run(args: argparse.Namespace) -> int:
             env_opts, env_stdin = env_on_stdin(args.env)
             opts += env_opts
             opts += [f"--unset-env={item}" for item in args.unset_env]
-            doc = _json_or_fail(args.host, "edit", await link.helper(
+            doc = json_or_fail(args.host, "edit", await link.helper(
                 "queue", "edit", args.job, *opts, *(["--", *argv] if argv else []),
                 stdin=env_stdin))
             return _answer(args, doc)
         if args.queue_cmd == "verify":
             tree = _tree(args)  # before the box is asked: nothing to compare is the user's fix
-            doc = _json_or_fail(args.host, "show",
+            doc = json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
             return _verify(args, doc, tree)
         if args.queue_cmd == "show":
-            doc = _json_or_fail(args.host, "show",
+            doc = json_or_fail(args.host, "show",
                                 await link.helper("queue", "show", "--", args.job))
             return _show(args, doc)
         if args.queue_cmd == "logs":
@@ -478,6 +431,88 @@ async def _run(args: argparse.Namespace) -> int:
         return 2
     finally:
         await fleet.close()
+
+
+async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
+                  backend: str) -> dict[str, Any]:
+    """`queue add`'s work, for every client of it (this verb, `gpuroom mcp`): the helper's
+    options from ``args`` (the add parser's namespace), the box's answer, and the intent
+    recorded here once the box took the job."""
+    opts = ["--retries", str(args.retries)]
+    if args.gpus is not None:
+        opts += ["--gpus", str(args.gpus)]
+    if args.vram_mib is not None:
+        opts += ["--vram-mib", str(args.vram_mib)]
+    for flag in ("name", "cwd", "durable_dir"):
+        value = getattr(args, flag)
+        if value:  # "--opt=value": a value starting with "-" stays a value on the box
+            opts.append(f"--{flag.replace('_', '-')}={value}")
+    # What the user asked, recorded here once the box answers (tui/fleet/intent.py):
+    # what the mirror, a move and a failover act on; the box's copy is only shown.
+    intent = Intent(host=args.host, job="", argv=tuple(argv), added_at=time.time(),
+                    cwd=args.cwd, env=parse_env(args.env), name=args.name,
+                    gpus=args.gpus, vram_mib=args.vram_mib, retries=args.retries,
+                    retry_on_exit=args.retry_on_exit, outputs=tuple(args.output),
+                    durable_dir=args.durable_dir, priority=args.priority,
+                    mirror=bool(args.mirror),
+                    failover=failover_targets(args) if args.failover else ())
+    env_opts, env_stdin = link_env_on_stdin(intent.box_env())
+    opts += env_opts
+    opts += [f"--secret={item}" for item in args.secret]
+    opts += [f"--output={item}" for item in args.output]
+    if args.retry_on_exit:
+        opts.append("--retry-on-exit")
+    if args.after:
+        opts += ["--after", args.after]
+    if args.priority is not None:
+        opts += ["--priority", str(args.priority)]
+    if args.fix_crlf:
+        opts.append("--fix-crlf")
+    opts += ["--backend", backend, *_slurm_opts(args)]
+    host = _host(args)
+    for path in stop_surviving_paths(_profile(host)):
+        opts.append(f"--survives={path}")
+    for path in stop_only_paths(_profile(host)):
+        opts.append(f"--stop-only={path}")
+    for path in stop_surviving_paths(_profile(host), survives=False):
+        opts.append(f"--node-local={path}")
+    if host is not None and host.spot:
+        opts.append(f"--spot={host.spot}")
+    doc = json_or_fail(args.host, "add", await link.helper(
+        "queue", "add", *opts, "--", *argv, stdin=env_stdin))
+    if doc.get("ok"):
+        MirrorState().intents.record(dataclasses.replace(
+            intent, job=check_job_id(args.host, doc.get("job"))))
+    return doc
+
+
+async def job_verb(link: Any, host: str, verb: str, job: str, *extra: str) -> dict[str, Any]:
+    """kill, relaunch, rm or mv of one job, for every client: the box's answer."""
+    helper_verb = {"rm": "remove", "mv": "move"}.get(verb, verb)
+    return json_or_fail(host, verb, await link.helper("queue", helper_verb, "--", job, *extra,
+                                                       timeout_s=180.0))
+
+
+class _LogsFailed(LinkError):
+    """The helper refused the log read (no such job, no log yet)."""
+
+
+async def log_chunk(link: Any, host: str, job: str, *, lines: int | None = None,
+                    offset: int | None = None,
+                    max_bytes: int = LOG_TAIL_BYTES) -> tuple[LogChunk, bytes]:
+    """A job's log: its last ``lines`` lines, or the bytes from ``offset`` on, at most
+    ``max_bytes`` (untrusted bytes: the caller makes them inert)."""
+    where = ["--offset", str(max(0, offset))] if offset is not None and lines is None \
+        else ["--lines", str(max(0, lines or 0))]
+    result = await link.helper("queue", "logs", *where, "--max-bytes", str(max_bytes),
+                               "--json", "--", job)
+    if result.rc != 0:
+        raise _LogsFailed(host, f"queue logs failed ({result.failure()})")
+    chunk = read_log_doc(json_or_fail(host, "logs", result))
+    data = chunk.data
+    if data is None or chunk.next_offset is None:
+        raise LinkError(host, "queue logs answered a chunk without its bytes")
+    return chunk, data
 
 
 def _answer(args: argparse.Namespace, doc: dict[str, Any]) -> int:
@@ -592,16 +627,12 @@ async def _write_logs(link: Any, args: argparse.Namespace, out: LogWriter) -> in
         # The last N lines (from a line start, at most LOG_TAIL_BYTES); with -f, then what
         # follows. Without -f that is all: lines written while the answer travelled would
         # make it more than N.
-        result = await link.helper("queue", "logs", "--lines", str(max(0, args.lines)),
-                                   "--max-bytes", str(LOG_TAIL_BYTES), "--json", "--", args.job)
-        if result.rc != 0:
-            print(f"gpuroom: {args.host}: queue logs failed ({result.failure()})",
-                  file=sys.stderr)
+        try:
+            chunk, data = await log_chunk(link, args.host, args.job, lines=args.lines)
+        except _LogsFailed as exc:
+            print(f"gpuroom: {exc}", file=sys.stderr)
             return 1
-        chunk = read_log_doc(_json_or_fail(args.host, "logs", result))
-        data = chunk.data
-        if data is None or chunk.next_offset is None:
-            raise LinkError(args.host, "queue logs answered a chunk without its bytes")
+        assert chunk.next_offset is not None  # log_chunk checked it
         out.write(data)
         if not args.follow:
             return 0
