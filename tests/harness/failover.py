@@ -3,6 +3,13 @@
 runs on box a with --failover boxb and the mirror; a is lost (sshd and sessions killed, link
 down, everything on it stopped); the fleet moves the job to b from the newest mirrored step;
 a comes back and the fleet fences its copy. Returns what happened and when.
+
+The fence needs a's copy still running when a answers again, and a toy run of a few seconds
+can end first: each mirrored checkpoint is load-checked on this machine (a torch import in a
+subprocess, ~1 s idle, 5 to 8 s measured on a loaded 2-core machine), so the mirror may bring
+the cut step home only after the job's last step. With ``hold_until_home`` the training
+process on a is stopped the moment it has saved the cut step, and continues with a's other
+processes when a comes back: the job is still live at the cut, whatever the mirror's pace.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.main import main
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.mirror import MirrorOutcome
+from gpuroom.tui.fleet.move import Lineage
 
 from .boxenv import job_python, python_with_env
 from .netns import TwoBoxTopology
@@ -33,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "train_resumable.py"
 WAIT_S = 120.0
 _STEP_RE = re.compile(r"^step (\d+)", re.M)
+_CKPT_RE = re.compile(r"ckpt-(\d+)\.pt")
+HOLD_CHECK_S = 0.02  # how often the hold looks for the cut step's checkpoint (0.1 s a step)
 
 
 def box_config(topo: TwoBoxTopology, work: Path, failover_after_s: float) -> Path:
@@ -120,6 +130,39 @@ def last_step(log: str) -> int | None:
     return int(steps[-1]) if steps else None
 
 
+def newest_saved(ckpt_dir: Path) -> int:
+    """The newest step the example has saved in ``ckpt_dir`` (its saves are renamed into
+    place whole), -1 for none."""
+    names = (_CKPT_RE.fullmatch(p.name) for p in ckpt_dir.glob("ckpt-*.pt"))
+    return max((int(m.group(1)) for m in names if m), default=-1)
+
+
+def training_pids(topo: TwoBoxTopology, box: str) -> list[int]:
+    """The processes in ``box``'s namespace running the example: the job, not its runner."""
+    pids = []
+    for pid in topo.pids(box):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        if str(EXAMPLE).encode() in argv:
+            pids.append(pid)
+    return pids
+
+
+async def _hold_at(topo: TwoBoxTopology, box: str, ckpt_dir: Path, step: int,
+                   held: list[int]) -> None:
+    """SIGSTOP ``box``'s training process once it has saved ``step``; its pids go in
+    ``held`` (the caller continues them)."""
+    while newest_saved(ckpt_dir) < step:
+        await asyncio.sleep(HOLD_CHECK_S)
+    pids = training_pids(topo, box)
+    if not pids:
+        raise RuntimeError(f"box {box}: no process runs {EXAMPLE.name} to hold at step {step}")
+    held.extend(pids)
+    signal_all(pids, signal.SIGSTOP)
+
+
 @dataclass
 class Failover:
     """What one failover did; times are time.monotonic()."""
@@ -156,16 +199,26 @@ async def _poll_until(fleet: Fleet, hosts: tuple[str, ...], done: Any, what: str
 
 
 async def lose_box_a(config: Path, topo: TwoBoxTopology, job: str, *, cut_after_step: int,
-                     log_path: Path) -> Failover:
+                     log_path: Path, hold_until_home: bool = False) -> Failover:
     """Mirror until ``cut_after_step`` is home, lose a, wait for the failover, bring a back
-    (its runner and job continue) and wait for the fence."""
+    (its runner and job continue) and wait for the fence. ``hold_until_home``: stop the
+    training process at ``cut_after_step`` until a is lost (the module doc says why)."""
     run = Failover(job)
     fleet = Fleet(cfg.load(config), mirror=True, on_mirror=run.heard.append)
     mirror = fleet.mirror
     assert mirror is not None
     frozen: list[int] = []
+    held: list[int] = []
+    hold: asyncio.Task[None] | None = None
     try:
         await fleet.poll_host("boxb")
+        if hold_until_home:
+            view = (await fleet.poll_host("boxa")).view
+            spec = view.job(job) if view is not None else None
+            if spec is None or not spec.ckpt_dir:
+                raise RuntimeError(f"boxa/{job}: no checkpoint dir in a's poll: {spec}")
+            hold = asyncio.create_task(_hold_at(topo, "a", Path(spec.ckpt_dir),
+                                                cut_after_step, held))
 
         def home_step() -> int:
             home = mirror.homes("boxa").get(job)
@@ -181,6 +234,8 @@ async def lose_box_a(config: Path, topo: TwoBoxTopology, job: str, *, cut_after_
                 await asyncio.sleep(0.2)
 
         await mirrored()
+        if hold is not None:
+            await asyncio.wait_for(hold, WAIT_S)  # done by now: the step it waits for is home
         topo.cut("a")
         frozen = topo.pids("a")
         signal_all(frozen, signal.SIGSTOP)
@@ -188,6 +243,11 @@ async def lose_box_a(config: Path, topo: TwoBoxTopology, job: str, *, cut_after_
         run.home_step = home_step()
         run.home_bytes = Path(mirror.homes("boxa")[job].local_path).stat().st_size
         run.step_at_loss = last_step(log_path.read_text())
+        if "done at step" in log_path.read_text():
+            raise RuntimeError(
+                f"boxa/{job} had finished (step {run.step_at_loss}) before step "
+                f"{run.home_step} came home: nothing on a is left to fail over or fence "
+                "(hold_until_home keeps it running)")
         await _poll_until(fleet, ("boxb", "boxa"),
                           lambda: any(o.status == "failover" for o in run.heard), "failover")
         run.times["moved"] = time.monotonic()
@@ -195,12 +255,29 @@ async def lose_box_a(config: Path, topo: TwoBoxTopology, job: str, *, cut_after_
         topo.restore("a")
         signal_all(frozen, signal.SIGCONT)
         frozen = []
-        await _poll_until(fleet, ("boxa",),
-                          lambda: any(o.status == "fenced" for o in run.heard), "fence")
+        await _poll_until(fleet, ("boxa",), lambda: _fenced(fleet, run), "fence")
     finally:
-        signal_all(frozen, signal.SIGCONT)  # never leave a stopped tree behind
+        if hold is not None:
+            hold.cancel()
+        signal_all(frozen + held, signal.SIGCONT)  # never leave a stopped tree behind
         await fleet.close()
     return run
+
+
+def _fenced(fleet: Fleet, run: Failover) -> bool:
+    """Whether the fence was sent to a's copy; raises when a answered with the copy already
+    ended, so that nothing is left to fence (waiting on would only time out)."""
+    if any(o.status == "fenced" for o in run.heard):
+        return True
+    assert fleet.mirror is not None
+    ended = [m for m in Lineage(fleet.mirror.state).load()
+             if m.src_host == "boxa" and m.src_job == run.job and m.fenced_at is not None]
+    if ended:
+        state = fleet.state("boxa")
+        job = state.view.job(run.job) if state.view is not None else None
+        raise RuntimeError(f"boxa/{run.job} had already ended ({job.state if job else '?'}) "
+                           "when a answered again: nothing was left to fence")
+    return False
 
 
 async def _resumed(fleet: Fleet, run: Failover) -> None:
