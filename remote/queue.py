@@ -722,12 +722,15 @@ def _cmd_add(argv: List[str]) -> int:
             root, queue, str(doc["job"]), args.durable_dir, config)
         places = survive.ckpt_places(cwd, args.ckpt, ckpt_dir)
         doc["checkpoints"] = survive.places_line(places)
+        # Undeclared, the cwd is only searched: its mount is the job's choice, not a claim
+        # that checkpoints go there, so only $GPUROOM_CKPT_DIR (or --ckpt) is judged.
+        judged = places if args.ckpt else places[1:]
         warnings = [w for w in (survive.ckpt_warning(path, args.survives, label)
-                                for label, path in places) if w]
+                                for label, path in judged) if w]
         if warnings:
             doc["warning"] = "; ".join(warnings)
         notes = [n for n in (survive.destroy_note(path, args.stop_only, label)
-                             for label, path in places) if n]
+                             for label, path in judged) if n]
         if notes:
             doc["info"] = "; ".join(notes)
     _emit(doc)
