@@ -4,10 +4,10 @@ A poll of the test sshd's box by the real link and helper, with the GPU boundary
 (the fake nvidia-smi printing real captures, found the way a box finds it: by
 $GPUROOM_NVIDIA_SMI in the helper's environment) and a real queue (a finished job with a
 synced output and its log bytes, a running job with a checkpoint dir under its cwd), must
-carry every key the reader reads for a box. So a key renamed in the helper fails here instead of blanking a
-pane, as clock_event_reasons did the throttle column. The keys only some situations write
-(Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against real output in
-tests/unit/tui/test_snapshot_keys.py.
+carry every key the reader reads for a box. So a key renamed in the helper fails here instead
+of blanking a pane, as clock_event_reasons did the throttle column. The keys only some
+situations write (Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against
+real output in tests/unit/tui/test_snapshot_keys.py.
 """
 
 from __future__ import annotations
