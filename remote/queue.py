@@ -660,12 +660,13 @@ def _cmd_add(argv: List[str]) -> int:
         _emit({"ok": False, "recorded": False, "queue": queue, **refused})
         return 2
     env = _job_env(args)
-    bad_dir = ckpt_dir_refusal(env)
+    slurm = args.backend == queue_slurm.BACKEND or (
+        args.backend is None and queue_slurm.is_default(root, queue))
+    # Slurm's batch script is a shell that expands it ($TMPDIR); the local runner is not.
+    bad_dir = None if slurm else ckpt_dir_refusal(env)
     if bad_dir is not None:
         _emit({"ok": False, "recorded": False, "queue": queue, **bad_dir})
         return 2
-    slurm = args.backend == queue_slurm.BACKEND or (
-        args.backend is None and queue_slurm.is_default(root, queue))
     try:
         if slurm and args.secret:
             raise secrets.SecretError("--secret is for the local queue: a Slurm job runs on a "
