@@ -452,6 +452,27 @@ def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optio
     return hit[1]  # type: ignore[no-any-return]
 
 
+FINISHED_UNITS_TTL_S = 60.0  # a finished job's cwd is walked again at most this often
+
+
+def _finished_units(state: Dict[str, Any], key: str, job: Dict[str, Any]) -> bool:
+    """Set a succeeded job's units and newest one from a walk at most FINISHED_UNITS_TTL_S
+    old (a poll every few seconds must not walk every finished job's cwd); False when it
+    has none, so gpuroom's own dir is looked at instead."""
+    cache = state.setdefault("finished_units", {})
+    hit = cache.get(key)
+    now = time.monotonic()
+    if hit is None or now - hit[0] > FINISHED_UNITS_TTL_S:
+        hit = (now, units_of(job))
+        cache[key] = hit
+    found = hit[1]
+    if not found or not (found["units"] or found["source"] == "declared"):
+        return False
+    job["ckpt_units"] = found
+    job["checkpoint"] = newest_unit(found)
+    return True
+
+
 def _pgid(job: Dict[str, Any]) -> Optional[int]:
     """The attempt's pid, which leads the job's own process group (queue_runner)."""
     attempts = job.get("attempts") or []
@@ -472,6 +493,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     # Rebuilt every probe from the dirs still listed, so it never outgrows the job list.
     old_ckpts = session.state.get("finished_checkpoints") or {}
     ckpts: Dict[str, Any] = {}
+    seen: set = set()
     for name in list_queues(root):
         qdir = queue_dir(root, name)
         if name not in readers:
@@ -480,6 +502,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         cpu = group_cpu_seconds(running_pgids(view["jobs"]))
         for job in view["jobs"]:
             key = name + "/" + job["id"]
+            seen.add(key)
             # One job's broken log or checkpoint dir is that job's error, never the
             # section's (which would blind the jump host to every other job).
             try:
@@ -492,6 +515,8 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                     job["ckpt_units"] = units_of(job)
                     job["checkpoint"] = job_checkpoint(job, job["ckpt_units"])
                     job["cpu_s"] = cpu.get(_pgid(job) or 0)
+                elif job["state"] == "succeeded" and _finished_units(session.state, key, job):
+                    pass  # its own program's checkpoints: the danger clock's "not pulled"
                 elif job["state"] == "succeeded" and job.get("ckpt_dir"):
                     ckpt_dir = str(job["ckpt_dir"])
                     if ckpt_dir in old_ckpts:
@@ -503,6 +528,9 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                                request=request, session_state=session.state)
         out["queues"][name] = view
     session.state["finished_checkpoints"] = ckpts
+    units = session.state.get("finished_units") or {}
+    for gone in [k for k in units if k not in seen]:
+        del units[gone]  # removed jobs' walks are not kept for ever
     _attach_survivors(out["queues"])
     return {"queue": out}
 
