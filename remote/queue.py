@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from . import (
     addcheck,
@@ -493,7 +493,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     # Rebuilt every probe from the dirs still listed, so it never outgrows the job list.
     old_ckpts = session.state.get("finished_checkpoints") or {}
     ckpts: Dict[str, Any] = {}
-    seen: set = set()
+    seen: Set[str] = set()
     for name in list_queues(root):
         qdir = queue_dir(root, name)
         if name not in readers:
