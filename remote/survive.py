@@ -69,7 +69,7 @@ def ckpt_places(cwd: str, declared: List[str], ckpt_dir: str) -> List[Tuple[str,
     if declared:
         return [(f"checkpoints (--ckpt {pat}) are at {os.path.join(cwd, pat)}",
                  os.path.join(cwd, pat)) for pat in declared]
-    return [(f"gpuroom looks for checkpoints under the job's cwd {cwd}", cwd),
+    return [(f"checkpoints are looked for under the job's cwd {cwd}", cwd),
             (f"$GPUROOM_CKPT_DIR is {ckpt_dir}", ckpt_dir)]
 
 
