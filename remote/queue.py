@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from . import (
     addcheck,
@@ -64,6 +64,7 @@ from . import (
     survive,
 )
 from .checkpoint import SAVE_RECORD
+from .ckptunits import NOT_UNITS, job_units, newest_unit, step_of
 from .procstat import group_cpu_seconds
 from .queue_events import (
     ACTIVE_STATES,
@@ -76,11 +77,13 @@ from .queue_events import (
     WriteFailed,
     check_queue_name,
     ckpt_dir_of,
+    ckpt_dir_refusal,
     fold,
     list_queues,
     queue_dir,
     read_events,
     root_dir,
+    user_ckpt_dir,
 )
 from .queue_runner import (
     EXIT_RUNNER_BUSY,
@@ -380,18 +383,44 @@ def newest_checkpoint(ckpt_dir: Optional[str]) -> Optional[Dict[str, Any]]:
             seen += 1
             if seen > CKPT_SCAN_LIMIT:
                 return best
-            if name.startswith(SAVE_RECORD):
-                continue  # the Checkpointer's note beside the checkpoints, not one
+            if name.startswith(SAVE_RECORD) or NOT_UNITS.match(name):
+                continue  # the Checkpointer's note, a tracker's event file: never a checkpoint
             path = os.path.join(dirpath, name)
             try:
                 st = os.stat(path)
             except OSError:
                 continue
             if best is None or st.st_mtime > best["mtime"]:
-                best = {"path": path, "size": st.st_size, "mtime": st.st_mtime}
+                best = {"path": path, "size": st.st_size, "mtime": st.st_mtime,
+                        "step": step_of(name), "source": "gpuroom's", "kind": "file"}
     if best is not None:
         best["save_s"] = save_seconds(ckpt_dir)
     return best
+
+
+def job_started(job: Dict[str, Any]) -> Optional[float]:
+    """When the job's first attempt started: discovered units are those written since."""
+    starts = [a.get("start") for a in job.get("attempts") or [] if isinstance(a, dict)]
+    known = [float(t) for t in starts if isinstance(t, (int, float))]
+    return min(known) if known else None
+
+
+def units_of(job: Dict[str, Any], files: bool = True) -> Optional[Dict[str, Any]]:
+    """The job's declared or discovered checkpoint units (remote/ckptunits.py)."""
+    if job.get("backend") == "slurm":
+        return None  # its cwd is on the cluster's disks, walked by nobody here
+    return job_units(job.get("cwd"), job_started(job), list(job.get("ckpts") or []),
+                     outputs=list(job.get("outputs") or []), files=files)
+
+
+def job_checkpoint(job: Dict[str, Any], found: Optional[Dict[str, Any]] = None
+                   ) -> Optional[Dict[str, Any]]:
+    """The job's newest checkpoint: its own program's units when it has any (or declared
+    some), else the newest file gpuroom's Checkpointer dir holds."""
+    found = units_of(job) if found is None else found
+    if found is not None and (found["units"] or found["source"] == "declared"):
+        return newest_unit(found)
+    return newest_checkpoint(job.get("ckpt_dir"))
 
 
 def save_seconds(ckpt_dir: str) -> Optional[float]:
@@ -423,6 +452,27 @@ def finished_checkpoint(cache: Dict[str, Any], ckpt_dir: Optional[str]) -> Optio
     return hit[1]  # type: ignore[no-any-return]
 
 
+FINISHED_UNITS_TTL_S = 60.0  # a finished job's cwd is walked again at most this often
+
+
+def _finished_units(state: Dict[str, Any], key: str, job: Dict[str, Any]) -> bool:
+    """Set a succeeded job's units and newest one from a walk at most FINISHED_UNITS_TTL_S
+    old (a poll every few seconds must not walk every finished job's cwd); False when it
+    has none, so gpuroom's own dir is looked at instead."""
+    cache = state.setdefault("finished_units", {})
+    hit = cache.get(key)
+    now = time.monotonic()
+    if hit is None or now - hit[0] > FINISHED_UNITS_TTL_S:
+        hit = (now, units_of(job))
+        cache[key] = hit
+    found = hit[1]
+    if not found or not (found["units"] or found["source"] == "declared"):
+        return False
+    job["ckpt_units"] = found
+    job["checkpoint"] = newest_unit(found)
+    return True
+
+
 def _pgid(job: Dict[str, Any]) -> Optional[int]:
     """The attempt's pid, which leads the job's own process group (queue_runner)."""
     attempts = job.get("attempts") or []
@@ -443,6 +493,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
     # Rebuilt every probe from the dirs still listed, so it never outgrows the job list.
     old_ckpts = session.state.get("finished_checkpoints") or {}
     ckpts: Dict[str, Any] = {}
+    seen: Set[str] = set()
     for name in list_queues(root):
         qdir = queue_dir(root, name)
         if name not in readers:
@@ -451,6 +502,7 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
         cpu = group_cpu_seconds(running_pgids(view["jobs"]))
         for job in view["jobs"]:
             key = name + "/" + job["id"]
+            seen.add(key)
             # One job's broken log or checkpoint dir is that job's error, never the
             # section's (which would blind the jump host to every other job).
             try:
@@ -460,8 +512,11 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                 job["probe_error"] = f"log: {exc}"
             try:
                 if job["state"] in ACTIVE_STATES:
-                    job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+                    job["ckpt_units"] = units_of(job)
+                    job["checkpoint"] = job_checkpoint(job, job["ckpt_units"])
                     job["cpu_s"] = cpu.get(_pgid(job) or 0)
+                elif job["state"] == "succeeded" and _finished_units(session.state, key, job):
+                    pass  # its own program's checkpoints: the danger clock's "not pulled"
                 elif job["state"] == "succeeded" and job.get("ckpt_dir"):
                     ckpt_dir = str(job["ckpt_dir"])
                     if ckpt_dir in old_ckpts:
@@ -473,6 +528,9 @@ def collect(session: Any, request: Dict[str, Any]) -> Dict[str, Any]:
                                request=request, session_state=session.state)
         out["queues"][name] = view
     session.state["finished_checkpoints"] = ckpts
+    units = session.state.get("finished_units") or {}
+    for gone in [k for k in units if k not in seen]:
+        del units[gone]  # removed jobs' walks are not kept for ever
     _attach_survivors(out["queues"])
     return {"queue": out}
 
@@ -595,6 +653,9 @@ def _cmd_add(argv: List[str]) -> int:
     parser.add_argument("--priority", type=int, default=0,
                         help="higher runs first among the queued jobs (default 0)")
     parser.add_argument("--output", action="append", default=[], metavar="GLOB")
+    parser.add_argument("--ckpt", action="append", default=[], metavar="PATH|GLOB",
+                        help="the program's own checkpoints, relative to the cwd (a file or "
+                             "a directory each); default: found under the cwd by name")
     parser.add_argument("--durable-dir", default=None)
     parser.add_argument("--spot", default=None, choices=preempt.CLOUDS,
                         help="the box is a spot box of this cloud (hosts.toml spot): the "
@@ -629,6 +690,11 @@ def _cmd_add(argv: List[str]) -> int:
     env = _job_env(args)
     slurm = args.backend == queue_slurm.BACKEND or (
         args.backend is None and queue_slurm.is_default(root, queue))
+    # Slurm's batch script is a shell that expands it ($TMPDIR); the local runner is not.
+    bad_dir = None if slurm else ckpt_dir_refusal(env)
+    if bad_dir is not None:
+        _emit({"ok": False, "recorded": False, "queue": queue, **bad_dir})
+        return 2
     try:
         if slurm and args.secret:
             raise secrets.SecretError("--secret is for the local queue: a Slurm job runs on a "
@@ -673,19 +739,29 @@ def _cmd_add(argv: List[str]) -> int:
                   retries=args.retries, retry_on_exit=args.retry_on_exit, outputs=args.output,
                   durable_dir=args.durable_dir, front=args.front, vram_mib=args.vram_mib,
                   after=after, priority=args.priority, secrets=job_secrets)
+    if args.ckpt:
+        fields["ckpts"] = list(args.ckpt)
     if args.spot and fold(read_events(queue_dir(root, queue))[0], queue)["config"].get(
             "spot_cloud") != args.spot:
         _append_request(root, queue, "configured", spot_cloud=args.spot)
     doc = add_job(root, queue, fields, start=not args.no_start, idle_exit=args.idle_exit)
     if doc.get("recorded"):
         config = fold(read_events(queue_dir(root, queue))[0], queue)["config"]
-        ckpt_dir = ckpt_dir_of(root, queue, str(doc["job"]), args.durable_dir, config)
-        warning = survive.ckpt_warning(ckpt_dir, args.survives)
-        if warning:
-            doc["warning"] = warning
-        info = survive.destroy_note(ckpt_dir, args.stop_only)
-        if info:
-            doc["info"] = info
+        ckpt_dir = user_ckpt_dir(env, cwd) or ckpt_dir_of(
+            root, queue, str(doc["job"]), args.durable_dir, config)
+        places = survive.ckpt_places(cwd, args.ckpt, ckpt_dir)
+        doc["checkpoints"] = survive.places_line(places)
+        # Undeclared, the cwd is only searched: its mount is the job's choice, not a claim
+        # that checkpoints go there, so only $GPUROOM_CKPT_DIR (or --ckpt) is judged.
+        judged = places if args.ckpt else places[1:]
+        warnings = [w for w in (survive.ckpt_warning(path, args.survives, label)
+                                for label, path in judged) if w]
+        if warnings:
+            doc["warning"] = "; ".join(warnings)
+        notes = [n for n in (survive.destroy_note(path, args.stop_only, label)
+                             for label, path in judged) if n]
+        if notes:
+            doc["info"] = "; ".join(notes)
     _emit(doc)
     return 0 if doc["ok"] else 1
 
@@ -844,9 +920,18 @@ def _cmd_ls(argv: List[str]) -> int:
     _common(parser)
     parser.add_argument("--json", action="store_true", help="(the output is always JSON)")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--units", action="store_true",
+                        help="each job's checkpoint units, declared or discovered (the gate)")
     args = parser.parse_args(argv)
     root, queue = root_dir(args.root), check_queue_name(args.queue)
-    _emit(queue_view(root, queue, args.limit))
+    view = queue_view(root, queue, args.limit)
+    if args.units:
+        for job in view["jobs"]:
+            try:
+                job["ckpt_units"] = units_of(job)
+            except OSError as exc:
+                job["probe_error"] = f"checkpoint units: {exc}"
+    _emit(view)
     return 0
 
 
@@ -990,7 +1075,8 @@ def _cmd_show(argv: List[str]) -> int:
                "fix": f"gpuroom queue ls {HOST_IN_FIX} lists the jobs"})
         return 1
     job = found[0]
-    job["checkpoint"] = newest_checkpoint(job.get("ckpt_dir"))
+    job["ckpt_units"] = units_of(job)
+    job["checkpoint"] = job_checkpoint(job, job["ckpt_units"])
     if args.with_env:  # the values the jump host sent with queue add, back over the link
         events, _ = read_events(queue_dir(root, queue))
         raw = fold(events, queue)["jobs"].get(args.job) or {}

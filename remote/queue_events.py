@@ -407,6 +407,29 @@ def ckpt_dir_of(root: str, queue: str, job_id: str, durable_dir: Optional[str],
     return os.path.join(base, "ckpt", queue, job_id)
 
 
+def user_ckpt_dir(env: Dict[str, str], cwd: Optional[str]) -> Optional[str]:
+    """``GPUROOM_CKPT_DIR`` as the job's own --env sets it (relative to its cwd): honoured,
+    never replaced by gpuroom's own dir."""
+    value = env.get("GPUROOM_CKPT_DIR")
+    if not value:
+        return None
+    return os.path.normpath(os.path.join(cwd or os.path.expanduser("~"),
+                                         os.path.expanduser(value)))
+
+
+def ckpt_dir_refusal(env: Dict[str, str]) -> Optional[Dict[str, str]]:
+    """A GPUROOM_CKPT_DIR the runner could not honour as written: said, never replaced."""
+    if "GPUROOM_CKPT_DIR" not in env:
+        return None
+    value = env["GPUROOM_CKPT_DIR"]
+    if not value.strip() or "$" in value or "\n" in value:
+        return {"error": f"--env GPUROOM_CKPT_DIR={value!r} cannot be used: the queue does not "
+                         "expand variables and an empty path names no directory",
+                "fix": "give a literal path: --env GPUROOM_CKPT_DIR=/abs/dir (or one relative "
+                       "to the job's cwd), or leave it out to use gpuroom's own dir"}
+    return None
+
+
 def _secret_refs(ev: Event) -> List[Dict[str, str]]:
     """``secrets``: a list of {name, env, path} strings, each a pushed secret's file."""
     value = ev.get("secrets") or []
@@ -458,6 +481,7 @@ def _new_job(ev: Event) -> Dict[str, Any]:
         "retries": int(_field(ev, "retries", int, "an integer") or 0),
         "retry_on_exit": bool(ev.get("retry_on_exit")),
         "outputs": _strings(ev, "outputs"),
+        "ckpts": _strings(ev, "ckpts"),  # --ckpt: the program's own checkpoint paths
         "durable_dir": _field(ev, "durable_dir", str, "a string"),
         "after": after,
         "priority": priority,

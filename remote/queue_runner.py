@@ -52,6 +52,7 @@ from .queue_events import (
     iter_active,
     preempt_over,
     queue_dir,
+    user_ckpt_dir,
 )
 
 EXIT_RUNNER_BUSY = 3
@@ -947,8 +948,8 @@ class Runner:
     def launch(self, job: Dict[str, Any], gpus: List[int], cuda: Optional[str]) -> None:
         job_id = job["id"]
         n = len(job["attempts"]) + 1
-        ckpt_dir = ckpt_dir_of(self.root, self.queue, job_id, job.get("durable_dir"),
-                               self.state["config"])
+        ckpt_dir = user_ckpt_dir(job.get("env") or {}, job.get("cwd")) or ckpt_dir_of(
+            self.root, self.queue, job_id, job.get("durable_dir"), self.state["config"])
         slot = len(self.active)
         # What code it runs (U42): hashed now, compared by the probe while it runs (U2).
         code = drift.code_facts(job["argv"], job.get("cwd") or os.path.expanduser("~"))

@@ -13,7 +13,7 @@ allocation is: ``--node-local PATH`` (the profile's mounts a stop wipes: $TMPDIR
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .queue_events import HOST_IN_FIX
 
@@ -63,21 +63,43 @@ def node_local_warning(ckpt_dir: str, node_local: List[str],
             f"under {where}, or stage them in $TMPDIR and copy them there before the job exits")
 
 
-def destroy_note(ckpt_dir: str, stop_only: List[str]) -> Optional[str]:
+def ckpt_places(cwd: str, declared: List[str], ckpt_dir: str) -> List[Tuple[str, str]]:
+    """(label, path) of each place gpuroom will look for the job's checkpoints: the
+    ``--ckpt`` paths when given, else the cwd (found there by name) and $GPUROOM_CKPT_DIR."""
+    if declared:
+        return [(f"checkpoints (--ckpt {pat}) are at {os.path.join(cwd, pat)}",
+                 os.path.join(cwd, pat)) for pat in declared]
+    return [(f"checkpoints are looked for under the job's cwd {cwd}", cwd),
+            (f"$GPUROOM_CKPT_DIR is {ckpt_dir}", ckpt_dir)]
+
+
+def places_line(places: List[Tuple[str, str]]) -> str:
+    """queue add's one line on where the job's checkpoints will be looked for."""
+    return "; ".join(label for label, _ in places) + (
+        "" if places and "--ckpt" in places[0][0] else
+        " (*.pt, *.pth, *.ckpt, *.safetensors, checkpoint-N/ written since the job started; "
+        "name them with --ckpt PATH)")
+
+
+def destroy_note(ckpt_dir: str, stop_only: List[str],
+                 label: Optional[str] = None) -> Optional[str]:
     """One sentence when ``ckpt_dir`` is on a mount that survives a stop but not a destroy
     (RunPod's volume disk): safe to stop, gone on a terminate unless pulled (principle 4)."""
     for root in stop_only:
         if under_any(ckpt_dir, [root]):
-            return (f"checkpoints go to {ckpt_dir}, on {root}: it survives a stop but not a "
-                    f"destroy (principle 4). Pull them (gpuroom pull {HOST_IN_FIX}) before you "
+            said = label or f"checkpoints go to {ckpt_dir}"
+            return (f"{said}, on {root}: it survives a stop but not a destroy"
+                    f" (principle 4). Pull them (gpuroom pull {HOST_IN_FIX}) before you "
                     "terminate, or checkpoint to storage that survives both")
     return None
 
 
-def ckpt_warning(ckpt_dir: str, surviving: List[str]) -> Optional[str]:
+def ckpt_warning(ckpt_dir: str, surviving: List[str],
+                 label: Optional[str] = None) -> Optional[str]:
     """One sentence when ``ckpt_dir`` is under none of ``surviving`` (none given: no claim)."""
     if not surviving or under_any(ckpt_dir, surviving):
         return None
-    return (f"checkpoints go to {ckpt_dir}, which is not under {' or '.join(surviving)}: "
+    said = label or f"checkpoints go to {ckpt_dir}"
+    return (f"{said}, which is not under {' or '.join(surviving)}: "
             f"the platform wipes it on stop (U46). Fix: --durable-dir {surviving[0]}/runs "
             "here, or queue config --durable-dir for every job")

@@ -563,6 +563,38 @@ class Checkpoint(View):
     size: float | None = key(number)
     mtime: float | None = key(number)
     save_s: float | None = key(number)  # how long its last save took (C), when recorded
+    step: int | None = key(integer)  # as its name says (checkpoint-20, step=5); None: unknown
+    # where it was found: "declared" (--ckpt), "discovered" under the cwd, or "gpuroom's"
+    # ($GPUROOM_CKPT_DIR); "file" or "dir" (HF's checkpoint-N/)
+    source: str | None = key(text)
+    kind: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
+class CkptUnit(View):
+    """One checkpoint the job's own program wrote: a file or a directory (remote/ckptunits.py).
+    ``files``: its regular files, relative to the job's cwd, as the pull asks for them."""
+
+    path: str = key(lambda v: text(v) or "")
+    kind: str | None = key(text)
+    size: float | None = key(number)
+    mtime: float | None = key(number)
+    step: int | None = key(integer)
+    files: tuple[str, ...] = key(texts)
+
+
+@dataclass(frozen=True, slots=True)
+class CkptUnits(View):
+    """A job's checkpoint units under its cwd, declared or discovered; ``writing``: those
+    still being written, never taken for a checkpoint; ``cut``: why the walk stopped early."""
+
+    source: str | None = key(text)
+    cwd: str | None = key(text)
+    declared: tuple[str, ...] = key(texts)
+    units: tuple[CkptUnit, ...] = nested(CkptUnit, "many")
+    writing: tuple[str, ...] = key(texts)
+    cut: str | None = key(text)
+    outputs: tuple[str, ...] = key(texts)  # the files its --output globs match, under cwd
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,6 +710,8 @@ class Job(View):
     log_path: str | None = key(text, current="log")  # the log file's path on the box
     ckpt_dir: str | None = key(text)
     checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
+    ckpts: tuple[str, ...] = key(texts)  # --ckpt: the program's own checkpoint paths
+    ckpt_units: CkptUnits | None = nested(CkptUnits, "maybe")
     log_chunk: LogChunk | None = nested(LogChunk, "maybe", old=("log",))
     sync: Sync | None = nested(Sync, "maybe")
     cpu_s: float | None = key(number)  # CPU seconds of its process group (remote/procstat.py)
@@ -992,8 +1026,8 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> 
 
 
 __all__ = [
-    "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "Disk", "Gpu", "GpuProcess", "Helper",
-    "Host", "Job",
+    "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "CkptUnit", "CkptUnits", "Disk", "Gpu",
+    "GpuProcess", "Helper", "Host", "Job",
     "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
     "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",

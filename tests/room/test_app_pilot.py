@@ -34,6 +34,7 @@ class RecordingFleet(StaticFleet):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[Any, ...]] = []
+        self.ckpts: tuple[str, ...] = ()
         self.fail_with: str | None = None
 
     @classmethod
@@ -50,8 +51,10 @@ class RecordingFleet(StaticFleet):
             raise FleetError(self.fail_with)
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None, gpus: int,
-                        retries: int, cwd: str | None = None) -> str:
+                        retries: int, cwd: str | None = None,
+                        ckpts: tuple[str, ...] = ()) -> str:
         self.calls.append(("add", host, argv, name, gpus, retries, cwd))
+        self.ckpts = ckpts
         self._maybe_fail()
         return "j99"
 
@@ -394,11 +397,15 @@ async def test_the_add_form_keeps_its_labels_and_sends_the_working_directory() -
         assert isinstance(app.screen, AddJobScreen)
         labels = [str(label.render()) for label in app.screen.query(".field").results(Label)]
         assert labels[2:] == ["GPUs", "retries after a failed attempt",
-                              "working directory on the box (optional)"]
+                              "working directory on the box (optional)",
+                              "the program's checkpoints under it (optional; default: found "
+                              "by name)"]
         assert app.screen.query_one("#gpus", Input).value == "1"  # prefilled, still labelled
         app.screen.query_one("#command", Input).value = "python train.py"
         app.screen.query_one("#cwd", Input).value = " ~/proj "
+        app.screen.query_one("#ckpt", Input).value = "out/ckpt.pt 'out/checkpoint-*'"
         app.screen.query_one("#command", Input).focus()
         await pilot.press("enter")
         await settle(app)
         assert fleet.calls == [("add", "h100-a", ["python", "train.py"], None, 1, 0, "~/proj")]
+        assert fleet.ckpts == ("out/ckpt.pt", "out/checkpoint-*")

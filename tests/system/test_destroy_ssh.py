@@ -100,4 +100,4 @@ def test_checkpoints_off_the_volume_get_no_destroy_note_at_add(
     rc = main(["--config", str(remove), "queue", "add", "pod", "--gpus", "0", "--",
                "sleep", "1"])
     err = capsys.readouterr().err
-    assert rc == 0 and "info: " not in err and "warning: checkpoints go to" in err
+    assert rc == 0 and "info: " not in err and "warning: $GPUROOM_CKPT_DIR is" in err

@@ -66,7 +66,7 @@ async def test_enter_shows_the_real_jobs_detail_from_the_box(
             assert ", exit 3, " in rows["  attempt 1"]
             assert rows["newest checkpoint"].startswith(f"{rows['checkpoint dir']}/step_1200.pt "
                                                         "(step 1200, ")
-            assert rows["newest checkpoint"].endswith(", 4.0KiB)")
+            assert rows["newest checkpoint"].endswith(", 4.0KiB, gpuroom's)")  # where found
             assert rows["log"].endswith(f"/logs/{jid}.log")
             text = screen_text(app)
             assert "hf_s3cret" not in text and "x[bold red]y[/]" in text

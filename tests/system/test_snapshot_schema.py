@@ -3,11 +3,11 @@
 A poll of the test sshd's box by the real link and helper, with the GPU boundary replayed
 (the fake nvidia-smi printing real captures, found the way a box finds it: by
 $GPUROOM_NVIDIA_SMI in the helper's environment) and a real queue (a finished job with a
-synced output and its log bytes, a running job with a checkpoint file), must carry every key
-the reader reads for a box. So a key renamed in the helper fails here instead of blanking a
-pane, as clock_event_reasons did the throttle column. The keys only some situations write
-(Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against real output in
-tests/unit/tui/test_snapshot_keys.py.
+synced output and its log bytes, a running job with a checkpoint dir under its cwd), must
+carry every key the reader reads for a box. So a key renamed in the helper fails here instead
+of blanking a pane, as clock_event_reasons did the throttle column. The keys only some
+situations write (Slurm, kernel events, /dev/nvidia* holders, NVML rows) are checked against
+real output in tests/unit/tui/test_snapshot_keys.py.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
         await _until(link, done, lambda j: (j.get("sync") or {}).get("state") == "synced")
         running = (await _queue(link, "add", "--gpus", "0", "--cwd", str(work), "--",
                                 "sh", "-c", 'echo step 1; echo w > "$GPUROOM_CKPT_DIR/c.pt"; '
+                                'mkdir -p checkpoint-1 && echo w > checkpoint-1/model.pt; '
                                 'sleep 60'))["job"]
         # The finished job's log comes with a cursor for it; the running one's always does.
         request = {"mounts": ["/nonexistent-mount"], "logs": {f"default/{done}": {"offset": 0}}}
@@ -83,7 +84,9 @@ async def test_a_real_poll_over_ssh_carries_every_key_the_reader_reads(
         while True:
             snap = await link.poll(request)
             jobs = {j["id"]: j for j in snap["queue"]["queues"]["default"]["jobs"]}
-            if jobs[running]["state"] == "running" and jobs[running].get("checkpoint"):
+            # The program's own checkpoint dir under the cwd, once past "still being written".
+            if jobs[running]["state"] == "running" and \
+                    (jobs[running].get("checkpoint") or {}).get("kind") == "dir":
                 break
             assert time.monotonic() < deadline, jobs[running]
             await asyncio.sleep(0.3)

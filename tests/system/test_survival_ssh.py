@@ -55,7 +55,7 @@ def doctor_u46(capsys: pytest.CaptureFixture[str], config: Path) -> list[dict[st
 def test_checkpoints_off_the_surviving_mount_are_warned_at_add_and_while_running(
         box_config: Path, sshd_box: Any, capsys: pytest.CaptureFixture[str]) -> None:
     _, err = add(capsys, box_config)
-    assert "warning: checkpoints go to" in err and ".gpuroom/ckpt/default/j" in err
+    assert "warning: $GPUROOM_CKPT_DIR is" in err and ".gpuroom/ckpt/default/j" in err
     assert "not under ~/survives" in err and "--durable-dir ~/survives/runs" in err
     deadline = time.monotonic() + WAIT_S
     while not (found := doctor_u46(capsys, box_config)):

@@ -71,6 +71,9 @@ def add_cli(sub: Any) -> None:
                    help="export a secret pushed with `gpuroom secret push` at launch")
     p.add_argument("--output", action="append", default=[], metavar="GLOB",
                    help="outputs to copy to the durable dir after success")
+    p.add_argument("--ckpt", action="append", default=[], metavar="PATH|GLOB",
+                   help="the program's own checkpoints (a file or a dir each), relative to "
+                        "the cwd; default: found under the cwd by name")
     p.add_argument("--durable-dir")
     p.add_argument("--fix-crlf", action="store_true",
                    help="convert script arguments with Windows CRLF line ends (U26) to LF")
@@ -363,6 +366,8 @@ async def _run(args: argparse.Namespace) -> int:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             if doc.get("info") and not args.json:
                 print_line(f"{args.host}: info: {doc['info']}", err=True)
+            if isinstance(doc.get("checkpoints"), str) and not args.json:
+                print_line(f"{args.host}: checkpoints: {doc['checkpoints']}", err=True)
             return _answer(args, doc)
         if args.queue_cmd == "start":
             doc = json_or_fail(args.host, "start", await link.helper(
@@ -453,6 +458,7 @@ async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
                     cwd=args.cwd, env=parse_env(args.env), name=args.name,
                     gpus=args.gpus, vram_mib=args.vram_mib, retries=args.retries,
                     retry_on_exit=args.retry_on_exit, outputs=tuple(args.output),
+                    ckpts=tuple(args.ckpt),
                     durable_dir=args.durable_dir, priority=args.priority,
                     mirror=bool(args.mirror),
                     failover=failover_targets(args) if args.failover else ())
@@ -460,6 +466,7 @@ async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
     opts += env_opts
     opts += [f"--secret={item}" for item in args.secret]
     opts += [f"--output={item}" for item in args.output]
+    opts += [f"--ckpt={item}" for item in args.ckpt]
     if args.retry_on_exit:
         opts.append("--retry-on-exit")
     if args.after:

@@ -69,7 +69,7 @@ class FleetAPI(Protocol):
 
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
-        cwd: str | None = None,
+        cwd: str | None = None, ckpts: tuple[str, ...] = (),
     ) -> str: ...
 
     async def queue_kill(self, host: str, job_id: str) -> None: ...
@@ -239,7 +239,7 @@ class StaticFleet(PendingLedger):
 
     async def queue_add(
         self, host: str, argv: list[str], *, name: str | None, gpus: int, retries: int,
-        cwd: str | None = None,
+        cwd: str | None = None, ckpts: tuple[str, ...] = (),
     ) -> str:
         raise FleetError(f"{host}: this is a recording; no box to add a job to")
 

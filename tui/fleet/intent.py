@@ -55,6 +55,7 @@ class Intent:
     retries: int = 0
     retry_on_exit: bool = False
     outputs: tuple[str, ...] = ()
+    ckpts: tuple[str, ...] = ()  # --ckpt: the program's own checkpoint paths
     durable_dir: str | None = None
     priority: int | None = None
     mirror: bool = False
@@ -76,6 +77,7 @@ class Intent:
         doc = asdict(self)
         doc["argv"], doc["outputs"], doc["failover"] = (list(self.argv), list(self.outputs),
                                                         list(self.failover))
+        doc["ckpts"] = list(self.ckpts)
         return doc
 
     @classmethod
@@ -86,7 +88,7 @@ class Intent:
         names = {f.name for f in fields(cls)}
         try:
             doc = {k: v for k, v in raw.items() if k in names}
-            for key in ("argv", "outputs", "failover"):
+            for key in ("argv", "outputs", "failover", "ckpts"):
                 value = doc.get(key, [])
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     return None

@@ -627,7 +627,8 @@ class Fleet(PendingLedger):
         return result.stdout.decode(errors="replace")
 
     async def queue_add(self, host: str, argv: list[str], *, name: str | None = None,
-                        gpus: int = 0, retries: int = 0, cwd: str | None = None) -> str:
+                        gpus: int = 0, retries: int = 0, cwd: str | None = None,
+                        ckpts: tuple[str, ...] = ()) -> str:
         # A slurm-profile host is a login node: the helper submits with sbatch.
         profile = self._hosts[host].profile if host in self._hosts else None
         args = ["add", "--backend", queue_backend(profile), "--gpus", str(gpus),
@@ -637,6 +638,7 @@ class Fleet(PendingLedger):
             args.append(f"--name={name}")
         if cwd:
             args.append(f"--cwd={cwd}")
+        args += [f"--ckpt={c}" for c in ckpts]
         spot = self._hosts[host].spot if host in self._hosts else None
         if spot:
             args.append(f"--spot={spot}")  # its runner watches for the cloud's notice (U45)
@@ -649,7 +651,8 @@ class Fleet(PendingLedger):
             raise LinkError(host, "queue add answered something that is not its JSON")
         job = check_job_id(host, doc.get("job"))
         self.intents.record(Intent(host=host, job=job, argv=tuple(argv), added_at=self.clock(),
-                                   cwd=cwd, name=name, gpus=gpus, retries=retries))
+                                   cwd=cwd, name=name, gpus=gpus, retries=retries,
+                                   ckpts=tuple(ckpts)))
         return job
 
     async def queue_kill(self, host: str, job_id: str) -> None:

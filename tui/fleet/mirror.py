@@ -312,6 +312,8 @@ class Mirror:
                         self.on_outcome(MirrorOutcome(name, job.id, "failed", None, exc.message))
                 continue
             ckpt = job.checkpoint
+            if ckpt is not None and ckpt.source not in (None, "gpuroom's"):
+                ckpt = None  # the mirror copies $GPUROOM_CKPT_DIR; a unit elsewhere is not in it
             sig = (ckpt.path, ckpt.mtime) if ckpt is not None else (None, None)
             key = (name, job.id)
             before = self._seen.get(key)

@@ -188,6 +188,7 @@ def add_argv(intent: Intent, src: HostConfig, dst: HostConfig) -> tuple[list[str
     if new.priority is not None:
         opts += ["--priority", str(new.priority)]
     opts += [f"--output={o}" for o in new.outputs]
+    opts += [f"--ckpt={c}" for c in new.ckpts]
     if new.durable_dir:
         opts.append(f"--durable-dir={new.durable_dir}")
     return [*opts, "--", *new.argv], stdin

@@ -18,8 +18,13 @@ from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.localpath import UnsafePath, job_dir
 from gpuroom.tui.present.format import fmt_bytes
-from gpuroom.tui.rules.gate import GateResult, evaluate
-from gpuroom.tui.rules.survival import destroy_wiped_mounts, teardown_destroys
+from gpuroom.tui.rules.gate import GateResult, JobUnits, evaluate, units_key
+from gpuroom.tui.rules.survival import (
+    WipedMount,
+    destroy_wiped_mounts,
+    teardown_destroys,
+    wiped_by_destroy,
+)
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import (
     Job,
@@ -48,9 +53,10 @@ def pull_root(host: HostConfig, to: str | None = None) -> Path:
                 or Path(platformdirs.user_data_dir("gpuroom")) / "pulls").expanduser()
 
 
-async def queue_jobs(link: HostLink) -> tuple[Job, ...]:
-    """The box's full job list (the probe's queue view is bounded)."""
-    result = await link.helper("queue", "ls")
+async def queue_jobs(link: HostLink, units: bool = False) -> tuple[Job, ...]:
+    """The box's full job list (the probe's queue view is bounded); ``units``: with each
+    job's checkpoint units and --output files (a bounded walk of each cwd on the box)."""
+    result = await link.helper("queue", "ls", *(["--units"] if units else []))
     try:
         doc = load_answer(result.stdout)
     except ValueError:
@@ -65,12 +71,29 @@ class NoSuchJob(GpuroomError, LookupError):
 async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
                     on_progress: Callable[[str, Progress], None] | None = None,
                     method: str = "auto") -> list[tuple[str, PullResult]]:
-    """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``."""
-    jobs = [(j.id, j.ckpt_dir) for j in await queue_jobs(link)
-            if j.ckpt_dir and (job is None or j.id == job)]
-    if job is not None and not jobs:
+    """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``, and
+    its own program's checkpoint units and --output files from its cwd into ``cwd/`` there."""
+    listed = [j for j in await queue_jobs(link, units=True) if job is None or j.id == job]
+    jobs = [(j.id, j.ckpt_dir) for j in listed if j.ckpt_dir]
+    if job is not None and not listed:
         raise NoSuchJob(f"{link.name} has no job {job!r} with a checkpoint dir")
     out: list[tuple[str, PullResult]] = []
+    for j in listed:
+        files = unit_files(j)
+        if not files or j.ckpt_units is None or not j.ckpt_units.cwd:
+            continue
+        cwd = j.ckpt_units.cwd
+        try:
+            local = job_dir(root, link.name, j.id) / "cwd"
+        except UnsafePath as exc:
+            out.append((j.id, PullResult(link.name, j.id, cwd, "", refused=str(exc))))
+            continue
+        try:
+            out.append((j.id, await pull(link, cwd, local, job=units_key(j.id), only=files,
+                                         method=method)))
+        except PullError as exc:
+            out.append((j.id, PullResult(link.name, j.id, cwd, str(local),
+                                         manifest_complete=False, manifest_reason=str(exc))))
     for jid, ckpt_dir in jobs:
 
         def progress(p: Progress, jid: str = jid) -> None:
@@ -97,9 +120,14 @@ async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
     ``mounts``: the host's watched mounts (tui/fleet/live.py watched_mounts), so the probe
     resolves the profile's ~ paths for the destroy check."""
     snapshot = read_snapshot(await link.poll({"mounts": list(mounts)}))
-    jobs = await queue_jobs(link)
+    jobs = await queue_jobs(link, units=True)
+    wiped = destroy_wiped_mounts(_profile(link.host), snapshot) \
+        if teardown_destroys(link.host.teardown_command) else ()
     outputs: dict[str, list[dict[str, Any]] | None] = {}
+    units: dict[str, JobUnits] = {}
     for job in jobs:
+        if any(a.start is not None for a in job.attempts):
+            units[job.id] = await _job_units(link, job, wiped)
         if not job.ckpt_dir:
             continue
         doc = await take_manifest(link, job.ckpt_dir)
@@ -114,9 +142,35 @@ async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
                     expected_helper_sha=link.archive.sha256,
-                    run_dirs=await run_dirs(link, jobs),
-                    wiped=destroy_wiped_mounts(_profile(link.host), snapshot)
-                    if teardown_destroys(link.host.teardown_command) else ())
+                    run_dirs=await run_dirs(link, jobs), wiped=wiped, units=units)
+
+
+def unit_files(job: Job) -> list[str]:
+    """The files of ``job``'s checkpoint units and --output matches, relative to its cwd."""
+    found = job.ckpt_units
+    if found is None:
+        return []
+    return list(dict.fromkeys([*(f for u in found.units for f in u.files), *found.outputs]))
+
+
+async def _job_units(link: HostLink, job: Job, wiped: Sequence[WipedMount]) -> JobUnits:
+    """The gate's view of one job's own checkpoints: the box's manifest of their files."""
+    found = job.ckpt_units
+    if found is None:
+        return JobUnits(None, (), (), [])
+    files = unit_files(job)
+    entries: list[dict[str, Any]] | None = []
+    if files and found.cwd:
+        try:
+            doc = await take_manifest(link, found.cwd, files)
+            entries = doc["files"] if doc.get("complete") else None
+        except PullError:
+            entries = None
+    synced = job.sync is not None and job.sync.state == "synced"
+    return JobUnits(found.source, tuple((u.path, u.step, u.files) for u in found.units),
+                    found.outputs, entries, found.writing,
+                    outputs_kept=synced and wiped_by_destroy(job.ckpt_dir, wiped) is None,
+                    cut=found.cut)
 
 
 def _profile(host: HostConfig) -> Profile | None:

@@ -56,10 +56,11 @@ def _attempt_text(a: Attempt) -> str:
 def _checkpoint_text(ckpt: Checkpoint | None, now: float) -> str:
     if ckpt is None or not ckpt.path:
         return "none"
-    step = checkpoint_step(ckpt.path)
+    step = ckpt.step if ckpt.step is not None else checkpoint_step(ckpt.path)
     age = fmt_age(now - ckpt.mtime) if ckpt.mtime is not None else "?"
-    return (f"{fmt_text(ckpt.path)} (step {step if step is not None else '?'}"
-            f", {age} old, {fmt_bytes(ckpt.size)})")
+    where = f", {fmt_text(ckpt.source)}" if ckpt.source else ""  # declared, discovered...
+    return (f"{fmt_text(ckpt.path)}{'/' if ckpt.kind == 'dir' else ''} (step "
+            f"{step if step is not None else '?'}, {age} old, {fmt_bytes(ckpt.size)}{where})")
 
 
 def _code_rows(job: Job) -> Rows:

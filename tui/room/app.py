@@ -962,7 +962,7 @@ class GpuroomApp(MoveKey):
         try:
             job_id = await self.fleet.queue_add(
                 host, request.argv, name=request.name, gpus=request.gpus,
-                retries=request.retries, cwd=request.cwd,
+                retries=request.retries, cwd=request.cwd, ckpts=request.ckpts,
             )
         except GpuroomError as exc:
             self._unmark(host, sent)

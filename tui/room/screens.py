@@ -166,10 +166,11 @@ class AddJobRequest:
     gpus: int
     retries: int
     cwd: str | None = None  # on the box; None: the helper's default (the login home)
+    ckpts: tuple[str, ...] = ()  # --ckpt: the program's own checkpoints, under the cwd
 
 
 def parse_add_form(command: str, name: str, gpus: str, retries: str,
-                   cwd: str = "") -> AddJobRequest:
+                   cwd: str = "", *, ckpt: str = "") -> AddJobRequest:
     """Validate the form; raise ValueError with the message to show under it."""
     try:
         argv = shlex.split(command)
@@ -184,7 +185,12 @@ def parse_add_form(command: str, name: str, gpus: str, retries: str,
         raise ValueError("GPUs and retries are whole numbers") from exc
     if n_gpus < 0 or n_retries < 0:
         raise ValueError("GPUs and retries cannot be negative")
-    return AddJobRequest(argv, name.strip() or None, n_gpus, n_retries, cwd.strip() or None)
+    try:
+        ckpts = tuple(shlex.split(ckpt))
+    except ValueError as exc:
+        raise ValueError(f"checkpoints: {exc} (check the quotes)") from exc
+    return AddJobRequest(argv, name.strip() or None, n_gpus, n_retries, cwd.strip() or None,
+                         ckpts)
 
 
 class AddJobScreen(ModalScreen[AddJobRequest | None]):
@@ -222,6 +228,9 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
             yield Input(value="0", placeholder="retries", id="retries", type="integer")
             yield Label("working directory on the box (optional)", classes="field")
             yield Input(placeholder="default: the login home, e.g. ~/proj", id="cwd")
+            yield Label("the program's checkpoints under it (optional; default: found by name)",
+                        classes="field")
+            yield Input(placeholder="e.g. out/ckpt.pt 'out/checkpoint-*'", id="ckpt")
             yield Label("", id="error")
 
     @on(Input.Submitted)
@@ -230,7 +239,7 @@ class AddJobScreen(ModalScreen[AddJobRequest | None]):
         try:
             request = parse_add_form(
                 values["command"], values["name"], values["gpus"], values["retries"],
-                values["cwd"] or "",
+                values["cwd"] or "", ckpt=values["ckpt"] or "",
             )
         except ValueError as exc:
             self.query_one("#error", Label).update(box_text(str(exc)))

@@ -22,7 +22,7 @@ from gpuroom.remote.queue_events import ACTIVE_STATES, FINAL_STATES
 from gpuroom.tui.present.format import fmt_duration, fmt_money
 from gpuroom.tui.rules.doctor import walltime_left
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
-from gpuroom.tui.rules.gate import Record, job_pull
+from gpuroom.tui.rules.gate import Record, job_pull, units_key
 from gpuroom.tui.rules.plausible import clock_problem
 from gpuroom.tui.rules.stall import gpu_idle, stalls
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
@@ -184,6 +184,8 @@ def box_outputs(job: Job) -> list[dict[str, Any]]:
     c = job.checkpoint
     if c is None or not c.path:
         return []
+    if c.source in ("declared", "discovered"):
+        return []  # the program's own units: unit_outputs, under the cwd's pull record
     path = c.path
     if job.ckpt_dir and path.startswith(job.ckpt_dir.rstrip("/") + "/"):
         path = posixpath.relpath(path, job.ckpt_dir)  # pull records name files under the dir
@@ -194,12 +196,28 @@ def _synced(job: Job) -> bool:
     return job.sync is not None and job.sync.state == "synced"
 
 
+def unit_outputs(job: Job) -> list[dict[str, Any]]:
+    """The files of a job's own checkpoint units (declared or discovered under its cwd) as
+    a poll shows them: each unit's newest mtime, no per-file size."""
+    found = job.ckpt_units
+    if found is None:
+        return []
+    return [{"path": f, "kind": "file", "size": None, "mtime": u.mtime}
+            for u in found.units for f in u.files]
+
+
+def _needs_pull(host: str, job: Job, records: Sequence[Record]) -> bool:
+    if job_pull(host, units_key(job.id), unit_outputs(job), records).needs_pull:
+        return True
+    return job_pull(host, job.id, box_outputs(job), records).needs_pull
+
+
 def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> list[Job]:
     """Finished work still only on the box: a succeeded job that wrote a checkpoint which
     neither a pull (the records the teardown gate reads) nor its durable sync (U33) took
     home. A job that died wants a relaunch (the doctor says why), not a pull."""
     return [j for j in jobs if j.state == "succeeded" and not _synced(j)
-            and job_pull(host, j.id, box_outputs(j), records).needs_pull]
+            and _needs_pull(host, j, records)]
 
 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,

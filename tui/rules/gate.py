@@ -116,6 +116,82 @@ def job_pull(host: str, job: str, entries: Sequence[Mapping[str, Any]],
     return JobPull(job, len(files), record, tuple(pulled), tuple(stale))
 
 
+UNITS_SUFFIX = " units"  # the pull record of a job's own checkpoints, beside its ckpt dir's
+
+
+def units_key(job: str) -> str:
+    """The pull records' job key for ``job``'s units (pulled from its cwd, not its ckpt dir)."""
+    return job + UNITS_SUFFIX
+
+
+@dataclass(frozen=True)
+class JobUnits:
+    """What a job that ran left on the box besides gpuroom's dir: its program's checkpoint
+    units (declared or discovered) and its --output files, with the box's manifest of their
+    files under the cwd (None: it could not be taken)."""
+
+    source: str | None
+    units: tuple[tuple[str, int | None, tuple[str, ...]], ...]  # (path, step, its files)
+    outputs: tuple[str, ...]
+    entries: list[dict[str, Any]] | None
+    writing: tuple[str, ...] = ()
+    outputs_kept: bool = False  # synced to a durable dir the teardown does not wipe
+    cut: str | None = None
+
+
+def _listed_short(parts: Sequence[str], n: int = 8) -> str:
+    return "; ".join(parts[:n]) + (f" (+{len(parts) - n})" if len(parts) > n else "")
+
+
+def _units_item(host: str, units: Mapping[str, JobUnits], records: Sequence[Record],
+                job_outputs: Mapping[str, list[dict[str, Any]] | None]) -> GateItem:
+    """Per job: each checkpoint unit and --output file, and whether it is home. A job with
+    nothing seen is said, never counted as safe: gpuroom cannot tell "wrote nothing" from
+    "wrote it where nobody looked"."""
+    name = "every job's checkpoints and outputs home (declared, discovered or gpuroom's)"
+    bad: list[str] = []
+    good: list[str] = []
+    for job, seen in sorted(units.items()):
+        own = [e for e in job_outputs.get(job) or [] if e.get("kind") == "file"]
+        if seen.entries is None:
+            bad.append(f"{job}: its checkpoints could not be listed")
+            continue
+        if not seen.units and not seen.outputs:
+            if own:
+                good.append(f"{job}: {len(own)} file(s) in $GPUROOM_CKPT_DIR (gpuroom's)")
+            else:
+                bad.append(f"{job}: no checkpoint seen (name it with queue add --ckpt PATH, "
+                           "or write it under the job's cwd or $GPUROOM_CKPT_DIR)")
+            continue
+        state = job_pull(host, units_key(job), seen.entries, records)
+        listed = {str(e.get("path")) for e in seen.entries if e.get("kind") == "file"}
+        stale = set(state.stale)
+        parts: list[str] = []
+        missing = False
+        for path, step, files in seen.units:
+            home = bool(files) and all(f in listed and f not in stale for f in files)
+            missing = missing or not home
+            what = f"step {step}" if step is not None else "step ?"
+            parts.append(f"{path} ({seen.source}, {what}) {'home' if home else 'NOT home'}")
+        for path in seen.outputs:
+            home = path in listed and path not in stale
+            kept = not home and seen.outputs_kept
+            missing = missing or not (home or kept)
+            parts.append(f"--output {path} " + ("home" if home else "synced to a kept durable "
+                                                 "dir" if kept else "NOT home"))
+        for path in seen.writing:
+            missing = True
+            parts.append(f"{path} still being written")
+        if seen.cut:
+            missing = True
+            parts.append(f"the search was cut ({seen.cut}): name them with --ckpt")
+        (bad if missing else good).append(f"{job}: " + ", ".join(parts))
+    if bad:
+        return GateItem(name, False, _listed_short(bad) + f"; gpuroom pull {shlex.quote(host)} "
+                        "brings them home")
+    return GateItem(name, True, _listed_short(good) or "no job ran")
+
+
 def _destroyed(snapshot: Snapshot | None, jobs: Sequence[str],
                wiped: Sequence[WipedMount]) -> list[str]:
     """``jobs`` whose checkpoint dir is on a mount the teardown wipes, as "dir (job, on
@@ -150,7 +226,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
              job_outputs: dict[str, list[dict[str, Any]] | None], *,
              expected_helper_sha: str | None = None,
              run_dirs: RunDirs | str | None = None,
-             wiped: Sequence[WipedMount] = ()) -> GateResult:
+             wiped: Sequence[WipedMount] = (),
+             units: Mapping[str, JobUnits] | None = None) -> GateResult:
     """The checklist for one host.
 
     ``job_outputs``: job id -> the box's current manifest entries of that job's checkpoint
@@ -158,7 +235,9 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     pull. ``run_dirs``: the box's tracker run dirs under the jobs' cwds, or why they could not
     be listed; None leaves that item out. ``wiped``: the profile's mounts the host's teardown
     destroys (tui/rules/survival.py destroy_wiped_mounts; empty when it only stops): a job
-    whose checkpoints there are not home is named with the mount (principle 4).
+    whose checkpoints there are not home is named with the mount (principle 4). ``units``:
+    each job that ran, its own program's checkpoints and --output files (None leaves that
+    item out).
     """
     items = [_queue_item(snapshot)]
     missing, stale, unverified, not_loaded, load_failed = [], [], [], [], []
@@ -203,6 +282,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
                           "differs from the box or unverified: " + ", ".join(bad_hash[:5])
                           if bad_hash else f"{pulled_files} files match the box's sha256"))
     items.append(_load_item(loaded, not_loaded, load_failed))
+    if units is not None:
+        items.append(_units_item(host, units, records, job_outputs))
     items.append(gpu_work_item(snapshot))
     jobs = snapshot.jobs if snapshot is not None else ()
     items.append(outputs_item(jobs))

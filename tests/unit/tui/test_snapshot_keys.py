@@ -162,6 +162,11 @@ ELSEWHERE = {
     "queue.queues{}.jobs[].log_chunk.mtime", "queue.queues{}.jobs[].cpu_s",
     "queue.queues{}.runner.boot_id", "queue.queues{}.runner.reboot_hook",
     "queue.queues{}.jobs[].checkpoint.save_s",
+    # A local job's own checkpoints under its cwd (remote/ckptunits.py): a Slurm job's cwd is
+    # on the cluster's disks, walked by nobody; test_snapshot_schema.py polls them over sshd.
+    *{p for p in ORIGIN if p.startswith(("queue.queues{}.jobs[].ckpt_units",))},
+    "queue.queues{}.jobs[].checkpoint.step", "queue.queues{}.jobs[].checkpoint.source",
+    "queue.queues{}.jobs[].checkpoint.kind", "queue.queues{}.jobs[].ckpts",
     # A job's unreadable log and an ended job's surviving daemon: test_hostile_stuck.py.
     *required("leftover"),
 }

@@ -79,3 +79,25 @@ def test_the_gate_and_the_clock_agree_on_the_same_records() -> None:
         gate = evaluate("d", snap, records, {"j1": manifest})
         pulled_item = next(i for i in gate.items if i.name == "every job's outputs pulled")
         assert pulled_item.ok == (not _unpulled(job, records))
+
+
+def _done_with_units() -> dict[str, Any]:
+    """j1 finished, its program's own checkpoint dir found under its cwd (not gpuroom's)."""
+    job = _done(path="/w/checkpoint-20", source="discovered", kind="dir", step=20)
+    job["ckpt_units"] = {"source": "discovered", "cwd": "/w", "units": [
+        {"path": "checkpoint-20", "kind": "dir", "size": 20, "mtime": T - 5, "step": 20,
+         "files": ["checkpoint-20/a.safetensors", "checkpoint-20/b.pt"]}]}
+    return job
+
+
+def test_the_programs_own_units_are_unpulled_until_their_cwd_pull_has_them() -> None:
+    job = _done_with_units()
+    assert _unpulled(job, []) and "j1" in _unpulled(job, [])[0]
+    half = {"host": "d", "job": "j1 units", "dir": "/w", "time": T + 60, "files": [
+        {"path": "checkpoint-20/a.safetensors", "size": 10, "sha256": "ab" * 32}]}
+    assert _unpulled(job, [half])  # one file of the dir is not a pulled unit
+    whole = dict(half, files=[*half["files"], {"path": "checkpoint-20/b.pt", "size": 10,
+                                               "sha256": "cd" * 32}])
+    assert _unpulled(job, [whole]) == []
+    # A pull of gpuroom's own dir for j1 is not a pull of the program's checkpoints.
+    assert _unpulled(job, [dict(whole, job="j1", dir=job["ckpt_dir"])])
