@@ -11,13 +11,9 @@ take argv, cwd, env and GPUs from it; a job the box merely reports is shown, nev
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
-import os
 import re
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ import platformdirs
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.statefile import locked, write_private
 
 INTENTS_FILE = "intents.json"
 # Shown on the box beside the user's env, so `queue show` there says what was asked; the jump
@@ -165,32 +162,9 @@ class IntentBook:
         """Add (or replace) ``intent``: under a lock, as `queue add` in a shell and the room
         or `gpuroom watch` may write at once."""
         check_job_id(intent.host, intent.job)
-        with self._locked():
+        with locked(self.path):
             self._cache = None
             jobs = dict(self._load())
             jobs[f"{intent.host}/{intent.job}"] = intent
-            _write_private(self.path, {"version": 1,
+            write_private(self.path, {"version": 1,
                                        "jobs": [i.to_json() for i in jobs.values()]})
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(f".{self.path.name}.lock"),
-                     os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-
-def _write_private(path: Path, doc: Any) -> None:
-    """Atomically (tmp, fsync, rename), readable by this user only."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a tmp file left by a crash keeps its mode through O_TRUNC
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
 from gpuroom.tui.snapshot import Job, QueueSpec, load_answer, read_queue_spec
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
+from gpuroom.tui.statefile import locked, write_private
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import pull, take_manifest
 
@@ -135,21 +135,13 @@ class MirrorState:
         return {job: h for (name, job), h in self.load().items() if name == host}
 
     def put(self, home: MirrorHome) -> None:
-        homes = self.load()
-        homes[(home.host, home.job)] = home
-        _write_private(self.path, {"version": 1, "homes": [asdict(h) for h in homes.values()]})
-
-
-def _write_private(path: Path, doc: Any) -> None:
-    """Atomically (tmp, fsync, rename), readable by this user only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        """Add (or replace) ``home``: under the file's lock, re-read there, as the room and
+        `gpuroom watch` may both be mirroring."""
+        with locked(self.path):
+            homes = self.load()
+            homes[(home.host, home.job)] = home
+            write_private(self.path,
+                          {"version": 1, "homes": [asdict(h) for h in homes.values()]})
 
 
 async def read_spec(link: HostLink, job: str) -> QueueSpec:
@@ -173,7 +165,8 @@ class MirrorOutcome:
 
     host: str
     job: str
-    # home | current | nothing | failed | fenced, failover (tui/fleet/live.py _fence, _failover)
+    # home | current | nothing | busy (another process pulls it now) | failed |
+    # fenced, failover (tui/fleet/live.py _fence, _failover)
     status: str
     step: int | None = None
     detail: str = ""
@@ -188,6 +181,8 @@ class MirrorOutcome:
             return f"{where}: mirror failed: {self.detail}"
         if self.status in ("fenced", "failover"):
             return f"{where}: {self.status} ({self.detail})"
+        if self.status == "busy":
+            return f"{where}: ckpt step {self.step} {self.detail}"
         if self.status == "current":
             return f"{where}: ckpt step {self.step} already home"
         return f"{where}: no committed checkpoint yet"
@@ -244,6 +239,8 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
     local = mirror_dir(host, job)
     result = await pull(link, ckpt_dir, local, job=job, only=[str(entry["path"])],
                         bwlimit_kbps=settings.mirror_bwlimit_kbps, state_path=state.pulls)
+    if result.busy:
+        return MirrorOutcome(host.name, job, "busy", step, result.refused)
     fr = next((f for f in result.files if f.path == entry["path"]), None)
     if fr is None or fr.status != "verified" or fr.sha256 is None:
         # A file that arrived but did not load must not sit home under a checkpoint's name.
@@ -332,7 +329,7 @@ class Mirror:
             raise
         except (GpuroomError, OSError) as exc:
             outcome = MirrorOutcome(host.name, job, "failed", None, str(exc))
-        if outcome.status == "failed":
+        if outcome.status in ("failed", "busy"):
             self._seen.pop((host.name, job), None)  # tried again at the next poll
         if self.on_outcome is not None:
             self.on_outcome(outcome)

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-import os
 import posixpath
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +45,7 @@ from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec, read_st
 from gpuroom.tui.model import MirrorHome, Move
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import JobSpec, load_answer
+from gpuroom.tui.statefile import locked, write_private
 from gpuroom.tui.transport.link import HostLink, LinkError, env_on_stdin
 from gpuroom.tui.transport.push import push_file
 
@@ -88,16 +87,12 @@ class Lineage:
         return out
 
     def add(self, move: Move) -> None:
-        self._write([*self.load(), move])
+        with locked(self.path):
+            self._write([*self.load(), move])
 
     def _write(self, moves: list[Move]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump({"version": 1, "moves": [asdict(m) for m in moves]}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Under ``locked(self.path)``, with ``moves`` read there."""
+        write_private(self.path, {"version": 1, "moves": [asdict(m) for m in moves]})
 
     def fences(self, host: str) -> list[Move]:
         """Moves away from ``host`` whose old copy may still run there."""
@@ -105,8 +100,9 @@ class Lineage:
 
     def fenced(self, move: Move, at: float) -> None:
         """``move``'s old copy is seen ended at ``at``: no more fencing."""
-        self._write([dataclasses.replace(m, fence=False, fenced_at=at) if m == move else m
-                     for m in self.load()])
+        with locked(self.path):
+            self._write([dataclasses.replace(m, fence=False, fenced_at=at) if m == move
+                         else m for m in self.load()])
 
     def involving(self, host: str) -> list[Move]:
         """The moves from or to ``host``, oldest first (the doctor's, through HostState)."""

@@ -45,6 +45,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.localpath import open_append, safe_local_path, symlinked
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer
+from gpuroom.tui.statefile import TransferBusy, locked, transfer_lock, write_private
 from gpuroom.tui.transport.link import (
     CONNECT_TIMEOUT_S,
     PULL_READ_TIMEOUT_S,
@@ -127,6 +128,9 @@ class PullResult:
     # Why the whole job was refused before anything moved (tui/localpath.py: a forged job id,
     # a symlink leading out of the pull root); nothing is written or recorded then.
     refused: str = ""
+    # Another process (the room, `gpuroom watch`) is pulling this job into the same dir now:
+    # nothing was done here, and running again later resumes where that one stops.
+    busy: bool = False
 
     @property
     def ok(self) -> bool:
@@ -142,6 +146,9 @@ class PullResult:
     @property
     def failures(self) -> list[FileResult]:
         return [f for f in self.files if f.status in ("failed", "refused")]
+
+
+BUSY = "already being pulled by another gpuroom (the room or gpuroom watch); skipped here"
 
 
 class PullError(GpuroomError):
@@ -832,10 +839,17 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
         paths.rsync = _Rsync(link, every_file=method == "rsync")
         if paths.rsync.every_file:
             paths.rsync.start_probe()  # the ssh login overlaps the manifest
+    # One writer per job and destination across processes: two would share the .part.
+    key = (link.name, job or remote_dir, str(Path(local_dir).absolute()))
     try:
-        return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
-                           job=job, load_test_torch=load_test_torch, state_path=state_path,
-                           only=list(only) if only is not None else None)
+        with transfer_lock(state_file(state_path).parent, *key):
+            return await _pull(link, remote_dir, Path(local_dir), paths,
+                               on_progress=on_progress, job=job,
+                               load_test_torch=load_test_torch, state_path=state_path,
+                               only=list(only) if only is not None else None)
+    except TransferBusy:
+        return PullResult(link.name, job, remote_dir, str(local_dir), busy=True,
+                          refused=BUSY)
     except OSError as exc:
         # The link's own failures arrive as LinkError, and a file's as its result; an
         # OSError here is this machine's (the pull's dir or the state dir): the user's to fix.
@@ -952,24 +966,20 @@ def load_records(path: Path | None = None) -> list[dict[str, Any]]:
 
 
 def record_pull(result: PullResult, path: Path | None = None) -> None:
-    """Add (or replace) the record for this host/job/dir; atomic: tmp, fsync, rename."""
+    """Add (or replace) the record for this host/job/dir: under the file's lock, re-read
+    there (the room and `gpuroom watch` may record at once), written atomically."""
     p = state_file(path)
-    records = [r for r in load_records(p)
-               if (r.get("host"), r.get("job"), r.get("dir")) !=
-               (result.host, result.job, result.remote_dir)]
     files: list[dict[str, Any]] = [
         {"path": f.path, "size": f.size, "sha256": f.sha256, "verified_by": f.verified_by,
          **({"load_error": f.load_error} if f.load_error else {})}
         for f in result.files if f.status == "verified"]
     torch_files = [f for f in files if str(f["path"]).endswith(TORCH_SUFFIXES)]
     by_load = bool(torch_files) and all(f["verified_by"] == "load" for f in torch_files)
-    records.append({"host": result.host, "job": result.job, "dir": result.remote_dir,
-                    "local_dir": result.local_dir, "files": files,
-                    "verified_by": "load" if by_load else "hash", "time": time.time()})
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump({"version": 1, "pulls": records}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    with locked(p):
+        records = [r for r in load_records(p)
+                   if (r.get("host"), r.get("job"), r.get("dir")) !=
+                   (result.host, result.job, result.remote_dir)]
+        records.append({"host": result.host, "job": result.job, "dir": result.remote_dir,
+                        "local_dir": result.local_dir, "files": files,
+                        "verified_by": "load" if by_load else "hash", "time": time.time()})
+        write_private(p, {"version": 1, "pulls": records})
