@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from test_mirror_ssh import _add, dirs, running_job, save_ckpt, write_config
+from test_mirror_ssh import _add, dirs, queue_id, running_job, save_ckpt, write_config
 
 from gpuroom.tui import config as cfg
 from gpuroom.tui.fleet.live import Fleet
@@ -49,7 +49,7 @@ async def main() -> None:
         go = Path(sys.argv[4])
         while not go.exists():
             time.sleep(0.01)
-        out = await mirror_job(link, host, sys.argv[2], sys.argv[3],
+        out = await mirror_job(link, host, sys.argv[2], sys.argv[3], sys.argv[5],
                                settings=config.settings, state=MirrorState())
     finally:
         await link.close()
@@ -65,18 +65,19 @@ def test_two_processes_mirroring_one_job_at_once_report_no_mismatch(
         sshd_box: Any, dirs: Path) -> None:
     path = write_config(sshd_box, dirs, {"mirror": True}, mirror_bwlimit_kbps=8000)
 
-    async def start() -> tuple[str, Path]:
+    async def start() -> tuple[str, Path, str]:
         fleet = Fleet(cfg.load(path))
         try:
-            return await running_job(fleet, await _add(fleet, JOB))
+            jid, ckpt_dir = await running_job(fleet, await _add(fleet, JOB))
+            return jid, ckpt_dir, queue_id(fleet, jid)
         finally:
             await fleet.close()
 
-    jid, ckpt_dir = asyncio.run(start())
+    jid, ckpt_dir, qid = asyncio.run(start())
     ckpt = save_ckpt(sshd_box, ckpt_dir, 5, numel=3_000_000)  # 12 MB: 1.5 s at the cap
     go = dirs / "go"
     procs = [subprocess.Popen([sys.executable, "-c", MIRROR_ONE, str(path), jid,
-                               str(ckpt_dir), str(go)], stdout=subprocess.PIPE,
+                               str(ckpt_dir), str(go), qid], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=dict(os.environ))
              for _ in range(2)]
     time.sleep(3)  # both connected
@@ -91,5 +92,5 @@ def test_two_processes_mirroring_one_job_at_once_report_no_mismatch(
     assert statuses in (["busy", "home"], ["current", "home"]), outs
     busy = [o for o in outs if o["status"] == "busy"]
     assert all("already being pulled by another gpuroom" in o["detail"] for o in busy)
-    home = mirror_dir(cfg.load(path).hosts["box"], jid) / ckpt.name
+    home = mirror_dir(cfg.load(path).hosts["box"], jid, qid) / ckpt.name
     assert home.read_bytes() == ckpt.read_bytes()

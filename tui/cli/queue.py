@@ -41,7 +41,13 @@ from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import (
+    for_host,
+    load_answer,
+    queue_identity,
+    read_log_doc,
+    read_queue_view,
+)
 from gpuroom.tui.transport.link import ExecResult, LinkError
 from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
@@ -402,7 +408,8 @@ async def _run(args: argparse.Namespace) -> int:
                 "queue", "add", *opts, "--", *argv, stdin=env_stdin))
             if doc.get("ok"):
                 MirrorState().intents.record(dataclasses.replace(
-                    intent, job=check_job_id(args.host, doc.get("job"))))
+                    intent, job=check_job_id(args.host, doc.get("job")),
+                    queue_id=queue_identity(doc.get("queue_id"))))
             if doc.get("warning") and not args.json:
                 print_line(f"{args.host}: warning: {doc['warning']}", "yellow", err=True)
             if doc.get("info") and not args.json:

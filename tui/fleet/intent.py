@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import platformdirs
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job, queue_identity
 from gpuroom.tui.statefile import locked, write_private
 
 INTENTS_FILE = "intents.json"
@@ -57,6 +59,9 @@ class Intent:
     mirror: bool = False
     failover: tuple[str, ...] = ()  # the hosts --failover named, in the user's order
     moved_from: str | None = None  # "A/j7": the job this one continues (move, failover)
+    # the identity of the queue the box added it to (tui/snapshot.py queue_identity): a new
+    # queue's j1 is another job; a record without one belongs to no queue there is now
+    queue_id: str | None = None
 
     @property
     def wants_mirror(self) -> bool:
@@ -92,6 +97,7 @@ class Intent:
             if not isinstance(env, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
                 return None
+            doc["queue_id"] = queue_identity(doc.get("queue_id"))
             intent = cls(**doc)
         except TypeError:
             return None
@@ -127,9 +133,10 @@ class IntentBook:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or Path(platformdirs.user_state_dir("gpuroom")) / INTENTS_FILE
-        self._cache: tuple[tuple[int, int, int], dict[str, Intent]] | None = None
+        self._cache: tuple[tuple[int, int, int], dict[tuple[str, str | None, str], Intent]] \
+            | None = None
 
-    def _load(self) -> dict[str, Intent]:
+    def _load(self) -> dict[tuple[str, str | None, str], Intent]:
         try:
             st = self.path.stat()
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -141,22 +148,36 @@ class IntentBook:
         except (OSError, ValueError) as exc:
             log.warning("intents: %s unreadable (%s)", self.path, exc)
             return {}
-        out: dict[str, Intent] = {}
+        out: dict[tuple[str, str | None, str], Intent] = {}
         for raw in doc.get("jobs", []) if isinstance(doc, dict) else []:
             intent = Intent.from_json(raw)
             if intent is None:
                 log.warning("intents: %s: an entry of another shape skipped", self.path)
                 continue
-            out[f"{intent.host}/{intent.job}"] = intent
+            out[(intent.host, intent.queue_id, intent.job)] = intent
         self._cache = (key, out)
         return out
 
-    def get(self, host: str, job: str) -> Intent | None:
-        return self._load().get(f"{host}/{job}")
+    def get(self, host: str, job: str, queue_id: str | None) -> Intent | None:
+        """``job``'s record in the queue ``queue_id``; a queue without an identity has none."""
+        return None if queue_id is None else self._load().get((host, queue_id, job))
 
-    def host(self, host: str) -> dict[str, Intent]:
-        """``host``'s recorded jobs by id."""
-        return {i.job: i for i in self._load().values() if i.host == host}
+    def host(self, host: str) -> list[Intent]:
+        """Every record of ``host``, of any queue (the doctor's; never to act on a job by)."""
+        return [i for i in self._load().values() if i.host == host]
+
+    def newest(self, host: str, job: str) -> Intent | None:
+        """The newest record of any ``host``'s queue under the id ``job`` (the host cannot be
+        asked which queue it has now)."""
+        found = [i for (h, q, j), i in self._load().items()
+                 if (h, j) == (host, job) and q is not None]
+        return max(found, key=lambda i: i.added_at, default=None)
+
+    def for_jobs(self, host: str, jobs: Iterable[Job]) -> dict[str, Intent]:
+        """The records of ``jobs`` (a poll of ``host``), by job id, each in its own queue."""
+        book = self._load()
+        return {j.id: i for j in jobs if j.queue_id is not None
+                and (i := book.get((host, j.queue_id, j.id))) is not None}
 
     def record(self, intent: Intent) -> None:
         """Add (or replace) ``intent``: under a lock, as `queue add` in a shell and the room
@@ -165,6 +186,6 @@ class IntentBook:
         with locked(self.path):
             self._cache = None
             jobs = dict(self._load())
-            jobs[f"{intent.host}/{intent.job}"] = intent
+            jobs[(intent.host, intent.queue_id, intent.job)] = intent
             write_private(self.path, {"version": 1,
                                        "jobs": [i.to_json() for i in jobs.values()]})
