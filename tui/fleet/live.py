@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 MAX_CONCURRENT_POLLS = 16
 RUNNER_RETRY_S = 60.0
 BACKOFF_CAP_S = 60.0
+FAILOVER_TICK_S = 1.0  # how often hosts that stopped answering are checked for failover
 # The tail of a log the room starts showing (a poll stays bounded: the helper caps a chunk at
 # 64 KiB too), and how much more one scroll back to its top fetches.
 LOG_TAIL_BYTES = 64 << 10
@@ -380,7 +381,9 @@ class Fleet(PendingLedger):
             await self._fence(name, state.view)
             # Nor one whose box came back wiped: it would start from scratch here.
             await self._failover_wiped(name, state.view)
-        elif self.mirror is not None and state.state is LinkState.DOWN:
+        elif self.mirror is not None and state.state is not LinkState.UP:
+            # failover_after_s is the user's word for how long no answer means lost: the
+            # host need not have reached DOWN (down_after_s) first.
             await self._failover(name)
         self._note_moves(name)  # after a fence or a failover: the doctor says each (GEN8)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
@@ -596,6 +599,7 @@ class Fleet(PendingLedger):
         self._on_change = on_change
         self._loops = {n: asyncio.create_task(self._host_loop(n, on_change))
                        for n in self._states}
+        watch = asyncio.create_task(self._failover_watch())
         try:
             while True:  # the loops change when hosts.toml does (reload_config)
                 self._loops_changed.clear()
@@ -608,11 +612,23 @@ class Fleet(PendingLedger):
                     if task is not changed and not task.cancelled() and task.exception():
                         raise task.exception()  # type: ignore[misc]  # a bug in a loop
         finally:
-            loops = list(self._loops.values())
+            loops = [*self._loops.values(), watch]
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await self.close()
+
+    async def _failover_watch(self) -> None:
+        """Judge failover on the clock, not at the next poll's end: a poll of a box that
+        stopped answering waits out its connect deadline (tens of seconds), and the backoff
+        after each failure grows, so a lost box would fail over minutes late."""
+        while True:
+            await asyncio.sleep(min(FAILOVER_TICK_S, self.config.settings.poll_interval_s))
+            if self.mirror is None:
+                continue
+            for name, state in list(self._states.items()):
+                if state.state in (LinkState.STALE, LinkState.DOWN):
+                    await self._failover(name)  # a failed move is said as its outcome
 
     async def refresh(self, host: str | None = None) -> None:
         """Poll now: wakes the running loops, or polls directly when none runs."""

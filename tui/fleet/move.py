@@ -233,6 +233,10 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
     unreachable: LinkError | None = None
     spec: JobSpec | None = None
     try:
+        if down_s is not None:
+            # The fleet has had no answer for down_s: asking again would only wait out
+            # another connect deadline before the failover could begin.
+            raise LinkError(src.name, f"no answer for {down_s:.0f} s")
         shown = await read_spec(src_link, job)
         spec, queue_id = shown.jobs[0], shown.id
     except LinkError as exc:
