@@ -996,7 +996,10 @@ def read_optional(raw: Any) -> Snapshot | None:
 
 def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default",
               queue_id: str | None = None) -> Snapshot:
-    """``snap`` with its queue section replaced by one queue holding ``jobs``."""
+    """``snap`` with its queue section replaced by one queue holding ``jobs`` (of the queue
+    ``queue_id``; by default the one the jobs name)."""
+    if queue_id is None and jobs:
+        queue_id = jobs[0].queue_id
     view = QueueView(name=queue, id=queue_id, backend=None, runner=None, preempt=None, jobs=jobs,
                      warnings=())
     return dataclasses.replace(snap, queue=Queue(queues=(view,)),

@@ -251,7 +251,8 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str,
         return MirrorOutcome(host.name, job, "current", have.step)
     local = mirror_dir(host, job, queue_id)
     result = await pull(link, ckpt_dir, local, job=job, only=[str(entry["path"])],
-                        bwlimit_kbps=settings.mirror_bwlimit_kbps, state_path=state.pulls)
+                        bwlimit_kbps=settings.mirror_bwlimit_kbps, state_path=state.pulls,
+                        queue_id=queue_id)
     if result.busy:
         return MirrorOutcome(host.name, job, "busy", step, result.refused)
     fr = next((f for f in result.files if f.path == entry["path"]), None)

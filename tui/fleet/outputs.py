@@ -66,12 +66,12 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
                     on_progress: Callable[[str, Progress], None] | None = None,
                     method: str = "auto") -> list[tuple[str, PullResult]]:
     """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``."""
-    jobs = [(j.id, j.ckpt_dir) for j in await queue_jobs(link)
+    jobs = [(j.id, j.ckpt_dir, j.queue_id) for j in await queue_jobs(link)
             if j.ckpt_dir and (job is None or j.id == job)]
     if job is not None and not jobs:
         raise NoSuchJob(f"{link.name} has no job {job!r} with a checkpoint dir")
     out: list[tuple[str, PullResult]] = []
-    for jid, ckpt_dir in jobs:
+    for jid, ckpt_dir, queue_id in jobs:
 
         def progress(p: Progress, jid: str = jid) -> None:
             if on_progress is not None:
@@ -84,8 +84,8 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
             out.append((jid, PullResult(link.name, jid, ckpt_dir, "", refused=str(exc))))
             continue
         try:
-            out.append((jid, await pull(link, ckpt_dir, local,
-                                        job=jid, on_progress=progress, method=method)))
+            out.append((jid, await pull(link, ckpt_dir, local, job=jid, queue_id=queue_id,
+                                        on_progress=progress, method=method)))
         except PullError as exc:  # this job's manifest or dir: the next job is still pulled
             out.append((jid, PullResult(link.name, jid, ckpt_dir, str(local),
                                         manifest_complete=False, manifest_reason=str(exc))))
@@ -113,6 +113,7 @@ async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
         # The probe's queue view is bounded; fall back to the full list for finality.
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
+                    queues={j.id: j.queue_id for j in jobs},
                     expected_helper_sha=link.archive.sha256,
                     run_dirs=await run_dirs(link, jobs),
                     wiped=destroy_wiped_mounts(_profile(link.host), snapshot)

@@ -199,7 +199,7 @@ def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> 
     neither a pull (the records the teardown gate reads) nor its durable sync (U33) took
     home. A job that died wants a relaunch (the doctor says why), not a pull."""
     return [j for j in jobs if j.state == "succeeded" and not _synced(j)
-            and job_pull(host, j.id, box_outputs(j), records).needs_pull]
+            and job_pull(host, j.id, box_outputs(j), records, j.queue_id).needs_pull]
 
 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
