@@ -78,10 +78,12 @@ from .queue_events import (
     check_queue_name,
     ckpt_dir_of,
     ckpt_dir_refusal,
+    ensure_queue_id,
     fold,
     list_queues,
     queue_dir,
     read_events,
+    read_queue_id,
     root_dir,
     user_ckpt_dir,
 )
@@ -280,6 +282,8 @@ def queue_view(root: str, queue: str, limit: Optional[int] = None,
         view["waiting"] = _waiting(view, runner, bool(state["config"].get("paused")))
     return {
         "queue": queue,
+        # a queue from before identities gets its own at the first look
+        "id": ensure_queue_id(qdir) if os.path.isdir(qdir) else None,
         "dir": qdir,
         "config": state["config"],
         "preempt": state["preempt"],  # the runner's record of a spot notice (remote/preempt.py)
@@ -823,7 +827,7 @@ def add_job(root: str, queue: str, fields: Dict[str, Any], *, start: bool = True
     finally:
         writer.close()
     doc: Dict[str, Any] = {"ok": True, "recorded": True, "queue": queue, "job": ev["job"],
-                           "seq": ev["seq"]}
+                           "queue_id": read_queue_id(qdir), "seq": ev["seq"]}
     if start and not seen:
         try:
             runner = start_runner(root, queue, idle_exit)

@@ -34,6 +34,11 @@ Event = Dict[str, Any]
 State = Dict[str, Any]
 
 EVENTS_FILE = "events.jsonl"
+# The queue's identity: random, written once when the queue dir is made, never rewritten. Job
+# ids start again at j1 in a new queue (a new rental behind the same alias, a wiped
+# ~/.gpuroom); the jump host keys what it keeps of a job on this id too.
+QUEUE_ID_FILE = "queue-id"
+QUEUE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 # The box does not know the name the jump host gives it: a fix the helper writes names the
 # host as this token, and the jump host puts the name there (tui/snapshot.py for_host).
 HOST_IN_FIX = "{host}"
@@ -109,6 +114,43 @@ def check_queue_name(name: str) -> str:
 
 def queue_dir(root: str, name: str) -> str:
     return os.path.join(root, "queues", check_queue_name(name))
+
+
+def read_queue_id(qdir: str) -> Optional[str]:
+    """The queue's identity, or None when it has none (a queue dir from before identities,
+    or a file that is not one)."""
+    try:
+        with open_regular(os.path.join(qdir, QUEUE_ID_FILE)) as f:
+            text = f.read(64).decode("ascii", "replace").strip()
+    except (OSError, ValueError):
+        return None
+    return text if QUEUE_ID_RE.fullmatch(text) else None
+
+
+def ensure_queue_id(qdir: str) -> Optional[str]:
+    """The queue's identity, made now if it has none: a new file linked into place, so two
+    helpers making it at once agree on the first one. None when the dir cannot take it."""
+    have = read_queue_id(qdir)
+    if have is not None:
+        return have
+    new = os.urandom(16).hex()
+    tmp = os.path.join(qdir, f".{QUEUE_ID_FILE}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, (new + "\n").encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, os.path.join(qdir, QUEUE_ID_FILE))
+        except FileExistsError:
+            pass  # another helper made it first: its id is the queue's
+        finally:
+            os.unlink(tmp)
+    except OSError:
+        return None
+    return read_queue_id(qdir)
 
 
 def list_queues(root: str) -> List[str]:
@@ -228,6 +270,7 @@ class EventWriter:
 
     def __init__(self, qdir: str) -> None:
         os.makedirs(qdir, exist_ok=True)
+        ensure_queue_id(qdir)
         self.path = os.path.join(qdir, EVENTS_FILE)
         self.fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
 

@@ -60,6 +60,9 @@ class MirrorHome:
     verified_by: str  # load | hash
     box_mtime: float | None  # the box's clock when the file was committed
     home_at: float  # the jump host's clock when it verified here
+    # the box's queue identity (tui/snapshot.py queue_identity): job ids start again at j1 in
+    # a new queue, so a home is the job's only in the queue it was pulled from
+    queue_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Move:
     down_s: float | None = None  # a failover: how long the source host had been down
     why: str | None = None  # a failover of a box that came back wiped: what was seen
     fenced_at: float | None = None  # when a poll of the source showed its copy ended
+    src_queue: str | None = None  # the source job's queue identity: fenced only in that queue
+    dst_queue: str | None = None
 
     @property
     def line(self) -> str:

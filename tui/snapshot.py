@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from gpuroom.remote.queue_events import HOST_IN_FIX, SIGNAL_NAME_RE
+from gpuroom.remote.queue_events import HOST_IN_FIX, QUEUE_ID_RE, SIGNAL_NAME_RE
 from gpuroom.remote.vram import display_only
 
 RawSnapshot = dict[str, Any]
@@ -76,6 +76,12 @@ def text(value: Any) -> str | None:
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
     return None
+
+
+def queue_identity(value: Any) -> str | None:
+    """A queue's identity (remote/queue_events.py QUEUE_ID_FILE) as the helper mints it;
+    anything else is no identity: the queue then owns nothing kept on this jump host."""
+    return value if isinstance(value, str) and QUEUE_ID_RE.fullmatch(value) else None
 
 
 def exact_int(value: Any) -> int | None:
@@ -738,6 +744,8 @@ class Job(View):
     array: str | None = key(text, origin="slurm")  # sbatch --array's spec: "0-9%2"
     tasks: tuple[ArrayTask, ...] = nested(ArrayTask, "many", origin="slurm")
     queue: str = "default"  # the queue the job is in: the key of its view, not a field
+    # that queue's identity (QueueView.id): what the jump host keys its records of the job on
+    queue_id: str | None = None
 
     @property
     def key(self) -> str:
@@ -796,6 +804,7 @@ class QueueView(View):
     """One queue on the box: the probe's ``queue.queues.<name>`` and ``queue ls --json``."""
 
     name: str = key(lambda v: text(v) or "default", current='queue')
+    id: str | None = key(queue_identity)
     backend: str | None = key(text)
     runner: QueueRunner | None = nested(QueueRunner, "maybe")
     preempt: PreemptNotice | None = nested(PreemptNotice, "maybe", origin="preempt")
@@ -805,12 +814,13 @@ class QueueView(View):
 
     def __post_init__(self) -> None:
         # Every construction (read, or renamed by its key in queue.queues) names its jobs.
-        object.__setattr__(self, "jobs", _named_jobs(self.jobs, self.name))
+        object.__setattr__(self, "jobs", _named_jobs(self.jobs, self.name, self.id))
 
 
-def _named_jobs(jobs: tuple[Job, ...], queue: str) -> tuple[Job, ...]:
+def _named_jobs(jobs: tuple[Job, ...], queue: str, queue_id: str | None) -> tuple[Job, ...]:
     # A job without an id cannot be shown, acted on or followed: it is not read at all.
-    return tuple(j if j.queue == queue else dataclasses.replace(j, queue=queue)
+    return tuple(j if (j.queue, j.queue_id) == (queue, queue_id)
+                 else dataclasses.replace(j, queue=queue, queue_id=queue_id)
                  for j in jobs if j.id)
 
 
@@ -851,6 +861,7 @@ class QueueSpec(View):
     """``queue show --json``: the queue's dir and config, and the job asked for."""
 
     queue: str = key(lambda v: text(v) or "default")
+    id: str | None = key(queue_identity)
     dir: str | None = key(text)
     config: QueueConfig = nested(QueueConfig)
     jobs: tuple[JobSpec, ...] = nested(JobSpec, "many")
@@ -1017,9 +1028,13 @@ def read_optional(raw: Any) -> Snapshot | None:
     return None if raw is None else read_snapshot(raw)
 
 
-def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default") -> Snapshot:
-    """``snap`` with its queue section replaced by one queue holding ``jobs``."""
-    view = QueueView(name=queue, backend=None, runner=None, preempt=None, jobs=jobs,
+def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default",
+              queue_id: str | None = None) -> Snapshot:
+    """``snap`` with its queue section replaced by one queue holding ``jobs`` (of the queue
+    ``queue_id``; by default the one the jobs name)."""
+    if queue_id is None and jobs:
+        queue_id = jobs[0].queue_id
+    view = QueueView(name=queue, id=queue_id, backend=None, runner=None, preempt=None, jobs=jobs,
                      warnings=())
     return dataclasses.replace(snap, queue=Queue(queues=(view,)),
                                sections=snap.sections | {"queue"})
@@ -1031,7 +1046,7 @@ __all__ = [
     "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
     "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",
-    "number",
+    "number", "queue_identity",
     "read_log_doc", "read_optional", "read_queue_view", "read_snapshot", "schema_keys",
     "snapshot_problems",
     "text", "with_jobs",

@@ -85,6 +85,14 @@ async def running_job(fleet: Fleet, jid: str | None = None) -> tuple[str, Path]:
         await asyncio.sleep(0.3)
 
 
+def queue_id(fleet: Fleet, jid: str, host: str = "box") -> str:
+    """The identity of the queue ``jid`` was last polled in."""
+    view = fleet.state(host).view
+    qid = next((j.queue_id for j in view.jobs if j.id == jid), None) if view else None
+    assert qid is not None, view
+    return qid
+
+
 async def mirrored(fleet: Fleet) -> None:
     """One poll, and the mirror cycle it started (if any) to its end."""
     await fleet.poll_host("box")
@@ -100,7 +108,7 @@ async def test_new_checkpoints_come_home_verified_and_the_newest_k_stay(
     try:
         jid, ckpt_dir = await running_job(fleet, await _add(fleet, JOB))
         host = config.hosts["box"]
-        local = mirror_dir(host, jid)
+        local = mirror_dir(host, jid, queue_id(fleet, jid))
         first = save_ckpt(sshd_box, ckpt_dir, 10)
         await mirrored(fleet)
         assert [(o.status, o.step) for o in heard] == [("home", 10)], heard
@@ -146,7 +154,7 @@ async def test_a_box_lost_mid_pull_leaves_nothing_counted_home_and_the_next_poll
     fleet = Fleet(config, mirror=True, on_mirror=heard.append)
     try:
         jid, ckpt_dir = await running_job(fleet, await _add(fleet, JOB))
-        local = mirror_dir(config.hosts["box"], jid)
+        local = mirror_dir(config.hosts["box"], jid, queue_id(fleet, jid))
         save_ckpt(sshd_box, ckpt_dir, 1)
         await mirrored(fleet)
         assert [(o.status, o.step) for o in heard] == [("home", 1)], heard
@@ -219,16 +227,17 @@ def test_gpuroom_watch_mirrors_with_no_screen_and_stops_on_ctrl_c(
         sshd_box: Any, dirs: Path) -> None:
     path = write_config(sshd_box, dirs, {"mirror": True})
 
-    async def start() -> tuple[str, Path]:
+    async def start() -> tuple[str, Path, str]:
         fleet = Fleet(cfg.load(path))
         try:
             jid, ckpt_dir = await running_job(fleet, await _add(fleet, JOB))
+            qid = queue_id(fleet, jid)
         finally:
             await fleet.close()
         save_ckpt(sshd_box, ckpt_dir, 3)
-        return jid, ckpt_dir
+        return jid, ckpt_dir, qid
 
-    jid, ckpt_dir = asyncio.run(start())
+    jid, ckpt_dir, qid = asyncio.run(start())
     proc = subprocess.Popen([sys.executable, "-m", "gpuroom.tui.cli.main", "--config",
                              str(path), "watch"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
@@ -251,7 +260,7 @@ def test_gpuroom_watch_mirrors_with_no_screen_and_stops_on_ctrl_c(
     assert lines and lines[-1].startswith(f"box/{jid}: ckpt step 3 home (verified by load"), \
         (lines, proc.stderr)
     assert proc.returncode == 0 and "Traceback" not in err, err
-    home = mirror_dir(cfg.load(path).hosts["box"], jid) / "ckpt-000000000003.pt"
+    home = mirror_dir(cfg.load(path).hosts["box"], jid, qid) / "ckpt-000000000003.pt"
     assert home.read_bytes() == (ckpt_dir / home.name).read_bytes()
 
 

@@ -41,7 +41,14 @@ from gpuroom.tui.rules.drift import code_verdict, script_rel_paths
 from gpuroom.tui.rules.placement import Candidate, choose_host
 from gpuroom.tui.rules.survival import stop_only_paths, stop_surviving_paths
 from gpuroom.tui.sanitize import LineSplitter, display_line
-from gpuroom.tui.snapshot import LogChunk, for_host, load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import (
+    LogChunk,
+    for_host,
+    load_answer,
+    queue_identity,
+    read_log_doc,
+    read_queue_view,
+)
 from gpuroom.tui.transport.link import ExecResult, LinkError
 from gpuroom.tui.transport.link import env_on_stdin as link_env_on_stdin
 from gpuroom.tui.transport.localcode import read_tree
@@ -489,7 +496,8 @@ async def add_job(link: Any, args: argparse.Namespace, argv: list[str],
         "queue", "add", *opts, "--", *argv, stdin=env_stdin))
     if doc.get("ok"):
         MirrorState().intents.record(dataclasses.replace(
-            intent, job=check_job_id(args.host, doc.get("job"))))
+            intent, job=check_job_id(args.host, doc.get("job")),
+            queue_id=queue_identity(doc.get("queue_id"))))
     return doc
 
 

@@ -66,7 +66,8 @@ async def _watch(args: argparse.Namespace) -> None:
             print(f"gpuroom watch: {sanitize_line(str(exc))}", file=sys.stderr, flush=True)
 
     def said(outcome: MirrorOutcome) -> None:
-        if outcome.status not in ("current", "nothing"):
+        # busy: the process pulling it says so itself
+        if outcome.status not in ("current", "nothing", "busy"):
             # Names and reasons may quote the box: one inert line each.
             print(sanitize_line(outcome.line), flush=True)
         if outcome.status in ("failed", "failover", "fenced") and notifier is not None:

@@ -11,13 +11,10 @@ take argv, cwd, env and GPUs from it; a job the box merely reports is shown, nev
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
-import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,8 @@ import platformdirs
 from gpuroom.tui.config import HostConfig
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import Job, queue_identity
+from gpuroom.tui.statefile import locked, write_private
 
 INTENTS_FILE = "intents.json"
 # Shown on the box beside the user's env, so `queue show` there says what was asked; the jump
@@ -61,6 +60,9 @@ class Intent:
     mirror: bool = False
     failover: tuple[str, ...] = ()  # the hosts --failover named, in the user's order
     moved_from: str | None = None  # "A/j7": the job this one continues (move, failover)
+    # the identity of the queue the box added it to (tui/snapshot.py queue_identity): a new
+    # queue's j1 is another job; a record without one belongs to no queue there is now
+    queue_id: str | None = None
 
     @property
     def wants_mirror(self) -> bool:
@@ -97,6 +99,7 @@ class Intent:
             if not isinstance(env, dict) or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
                 return None
+            doc["queue_id"] = queue_identity(doc.get("queue_id"))
             intent = cls(**doc)
         except TypeError:
             return None
@@ -132,9 +135,10 @@ class IntentBook:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or Path(platformdirs.user_state_dir("gpuroom")) / INTENTS_FILE
-        self._cache: tuple[tuple[int, int, int], dict[str, Intent]] | None = None
+        self._cache: tuple[tuple[int, int, int], dict[tuple[str, str | None, str], Intent]] \
+            | None = None
 
-    def _load(self) -> dict[str, Intent]:
+    def _load(self) -> dict[tuple[str, str | None, str], Intent]:
         try:
             st = self.path.stat()
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -146,53 +150,44 @@ class IntentBook:
         except (OSError, ValueError) as exc:
             log.warning("intents: %s unreadable (%s)", self.path, exc)
             return {}
-        out: dict[str, Intent] = {}
+        out: dict[tuple[str, str | None, str], Intent] = {}
         for raw in doc.get("jobs", []) if isinstance(doc, dict) else []:
             intent = Intent.from_json(raw)
             if intent is None:
                 log.warning("intents: %s: an entry of another shape skipped", self.path)
                 continue
-            out[f"{intent.host}/{intent.job}"] = intent
+            out[(intent.host, intent.queue_id, intent.job)] = intent
         self._cache = (key, out)
         return out
 
-    def get(self, host: str, job: str) -> Intent | None:
-        return self._load().get(f"{host}/{job}")
+    def get(self, host: str, job: str, queue_id: str | None) -> Intent | None:
+        """``job``'s record in the queue ``queue_id``; a queue without an identity has none."""
+        return None if queue_id is None else self._load().get((host, queue_id, job))
 
-    def host(self, host: str) -> dict[str, Intent]:
-        """``host``'s recorded jobs by id."""
-        return {i.job: i for i in self._load().values() if i.host == host}
+    def host(self, host: str) -> list[Intent]:
+        """Every record of ``host``, of any queue (the doctor's; never to act on a job by)."""
+        return [i for i in self._load().values() if i.host == host]
+
+    def newest(self, host: str, job: str) -> Intent | None:
+        """The newest record of any ``host``'s queue under the id ``job`` (the host cannot be
+        asked which queue it has now)."""
+        found = [i for (h, q, j), i in self._load().items()
+                 if (h, j) == (host, job) and q is not None]
+        return max(found, key=lambda i: i.added_at, default=None)
+
+    def for_jobs(self, host: str, jobs: Iterable[Job]) -> dict[str, Intent]:
+        """The records of ``jobs`` (a poll of ``host``), by job id, each in its own queue."""
+        book = self._load()
+        return {j.id: i for j in jobs if j.queue_id is not None
+                and (i := book.get((host, j.queue_id, j.id))) is not None}
 
     def record(self, intent: Intent) -> None:
         """Add (or replace) ``intent``: under a lock, as `queue add` in a shell and the room
         or `gpuroom watch` may write at once."""
         check_job_id(intent.host, intent.job)
-        with self._locked():
+        with locked(self.path):
             self._cache = None
             jobs = dict(self._load())
-            jobs[f"{intent.host}/{intent.job}"] = intent
-            _write_private(self.path, {"version": 1,
+            jobs[(intent.host, intent.queue_id, intent.job)] = intent
+            write_private(self.path, {"version": 1,
                                        "jobs": [i.to_json() for i in jobs.values()]})
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(f".{self.path.name}.lock"),
-                     os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-
-def _write_private(path: Path, doc: Any) -> None:
-    """Atomically (tmp, fsync, rename), readable by this user only."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a tmp file left by a crash keeps its mode through O_TRUNC
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -28,7 +28,7 @@ from gpuroom.tui.fleet.mirror import (
     MirrorState,
     committed,
 )
-from gpuroom.tui.fleet.move import Lineage, lineage_text, move_job
+from gpuroom.tui.fleet.move import Lineage, lineage_text, move_job, moved_away
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root
 from gpuroom.tui.fleet.pending import PendingLedger
 from gpuroom.tui.fleet.replay import RecordingError
@@ -40,7 +40,13 @@ from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.snapshot import Job as JobView
 from gpuroom.tui.snapshot import LogChunk as LogChunkView
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
-from gpuroom.tui.snapshot import for_host, load_answer, read_log_doc, read_queue_view
+from gpuroom.tui.snapshot import (
+    for_host,
+    load_answer,
+    queue_identity,
+    read_log_doc,
+    read_queue_view,
+)
 from gpuroom.tui.transport.link import HostKeyError, HostLink, LinkError
 from gpuroom.tui.transport.localcode import read_tree
 from gpuroom.tui.transport.pull import take_manifest
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
 MAX_CONCURRENT_POLLS = 16
 RUNNER_RETRY_S = 60.0
 BACKOFF_CAP_S = 60.0
+FAILOVER_TICK_S = 1.0  # how often hosts that stopped answering are checked for failover
 # The tail of a log the room starts showing (a poll stays bounded: the helper caps a chunk at
 # 64 KiB too), and how much more one scroll back to its top fetches.
 LOG_TAIL_BYTES = 64 << 10
@@ -366,7 +373,7 @@ class Fleet(PendingLedger):
                 else:
                     state.local_code = None
                 if self.mirror is not None:
-                    state.mirrored = self.mirror.homes(name)
+                    state.mirrored = self.mirror.homes(name, view)
                     self.mirror.observe(name, view)
         if self.mirror is not None and state.state is LinkState.UP and state.view is not None:
             # Before any dead runner is restarted: a job moved away while this host was
@@ -374,7 +381,9 @@ class Fleet(PendingLedger):
             await self._fence(name, state.view)
             # Nor one whose box came back wiped: it would start from scratch here.
             await self._failover_wiped(name, state.view)
-        elif self.mirror is not None and state.state is LinkState.DOWN:
+        elif self.mirror is not None and state.state is not LinkState.UP:
+            # failover_after_s is the user's word for how long no answer means lost: the
+            # host need not have reached DOWN (down_after_s) first.
             await self._failover(name)
         self._note_moves(name)  # after a fence or a failover: the doctor says each (GEN8)
         if self.restart_runners and state.state is LinkState.UP and state.view is not None:
@@ -416,7 +425,9 @@ class Fleet(PendingLedger):
         assert self.mirror is not None
         lineage = Lineage(self.mirror.state)
         for move in lineage.fences(name):
-            job = next((j for j in view.jobs if j.id == move.src_job), None)
+            # Only in the queue it was moved from: a new queue's job of that id is another.
+            job = next((j for j in view.jobs if j.id == move.src_job
+                        and j.queue_id is not None and j.queue_id == move.src_queue), None)
             if job is None or job.state not in LIVE_STATES:
                 lineage.fenced(move, at=self.clock())
                 continue
@@ -443,19 +454,20 @@ class Fleet(PendingLedger):
         now = self.clock()
         if state.last_ok is None or state.view is None or now - state.last_ok < wait:
             return
-        moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
-        intents = self.intents.host(name)
+        moved = moved_away(Lineage(self.mirror.state), name)
+        intents = self.intents.for_jobs(name, state.view.jobs)
         for job in state.view.jobs:
             targets = self._failover_targets(name, intents.get(job.id))
             tried = self._failover_tries.get((name, job.id))
-            if not targets or job.state not in LIVE_STATES or job.id in moved or (
+            if not targets or job.state not in LIVE_STATES or \
+                    (job.queue_id, job.id) in moved or (
                     tried is not None and now - tried < wait):
                 continue
             self._failover_tries[(name, job.id)] = now
             down_s = now - state.last_ok
             await self._move_away(name, job.id, targets, f"{name} DOWN {down_s:.0f} s",
                                   f"the copy on {name} is killed when it answers again",
-                                  down_s=down_s)
+                                  down_s=down_s, queue_id=job.queue_id)
 
     async def _failover_wiped(self, name: str, view: SnapshotView) -> None:
         """Move each live --failover job of ``name`` that last ran under another boot (the box
@@ -467,9 +479,9 @@ class Fleet(PendingLedger):
         boot id, its listing) the doctor warns instead (HostState.held)."""
         assert self.mirror is not None
         boot = view.host.boot_id
-        homes = self.mirror.homes(name)
-        moved = {m.src_job for m in Lineage(self.mirror.state).load() if m.src_host == name}
-        intents = self.intents.host(name)
+        homes = self.mirror.homes(name, view)
+        moved = moved_away(Lineage(self.mirror.state), name)
+        intents = self.intents.for_jobs(name, view.jobs)
         state = self._states[name]
         live = {j.id for j in view.jobs if j.state in LIVE_STATES}
         state.held = [h for h in state.held if h.job in live and h.boot == boot]
@@ -479,7 +491,7 @@ class Fleet(PendingLedger):
             ckpt = job.checkpoint
             seen = (boot or "", ckpt.path if ckpt else None, ckpt.mtime if ckpt else None)
             if (boot is None or home is None or not targets or not job.ckpt_dir
-                    or job.state not in LIVE_STATES or job.id in moved
+                    or job.state not in LIVE_STATES or (job.queue_id, job.id) in moved
                     or all(a.boot_id in (None, boot) for a in job.attempts)
                     or self._wipe_checked.get((name, job.id)) == seen):
                 continue
@@ -500,7 +512,7 @@ class Fleet(PendingLedger):
             why = (f"{name} came back wiped (a new boot, and ckpt step {home.step} is gone "
                    "from its checkpoint dir)")
             await self._move_away(name, job.id, targets, why, f"the copy on {name} is killed",
-                                  why=why)
+                                  why=why, queue_id=job.queue_id)
 
     def _failover_targets(self, name: str, intent: Intent | None) -> list[str]:
         """The hosts `queue add --failover` named for the job on this jump host (none for a
@@ -512,7 +524,7 @@ class Fleet(PendingLedger):
 
     async def _move_away(self, name: str, job: str, targets: list[str], cause: str,
                          after: str, *, down_s: float | None = None,
-                         why: str | None = None) -> None:
+                         why: str | None = None, queue_id: str | None = None) -> None:
         """A failover: ``job`` to the first of ``targets`` that is UP, said as an outcome."""
         assert self.mirror is not None
         up = [t for t in targets if self._states[t].state is LinkState.UP]
@@ -523,7 +535,7 @@ class Fleet(PendingLedger):
         try:
             move = await move_job(self.link(name), self.link(up[0]), job,
                                   settings=self.config.settings, state=self.mirror.state,
-                                  down_s=down_s, why=why)
+                                  down_s=down_s, why=why, queue_id=queue_id)
         except GpuroomError as exc:
             self._mirrored(MirrorOutcome(name, job, "failed", None,
                                          f"failover to {up[0]}: {exc}"))
@@ -575,7 +587,8 @@ class Fleet(PendingLedger):
 
     def _mirrored(self, outcome: MirrorOutcome) -> None:
         if self.mirror is not None and outcome.host in self._states:
-            self._states[outcome.host].mirrored = self.mirror.homes(outcome.host)
+            state = self._states[outcome.host]
+            state.mirrored = self.mirror.homes(outcome.host, state.view)
         if self._on_mirror is not None:
             self._on_mirror(outcome)
         if self._on_change is not None:
@@ -586,6 +599,7 @@ class Fleet(PendingLedger):
         self._on_change = on_change
         self._loops = {n: asyncio.create_task(self._host_loop(n, on_change))
                        for n in self._states}
+        watch = asyncio.create_task(self._failover_watch())
         try:
             while True:  # the loops change when hosts.toml does (reload_config)
                 self._loops_changed.clear()
@@ -598,11 +612,23 @@ class Fleet(PendingLedger):
                     if task is not changed and not task.cancelled() and task.exception():
                         raise task.exception()  # type: ignore[misc]  # a bug in a loop
         finally:
-            loops = list(self._loops.values())
+            loops = [*self._loops.values(), watch]
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await self.close()
+
+    async def _failover_watch(self) -> None:
+        """Judge failover on the clock, not at the next poll's end: a poll of a box that
+        stopped answering waits out its connect deadline (tens of seconds), and the backoff
+        after each failure grows, so a lost box would fail over minutes late."""
+        while True:
+            await asyncio.sleep(min(FAILOVER_TICK_S, self.config.settings.poll_interval_s))
+            if self.mirror is None:
+                continue
+            for name, state in list(self._states.items()):
+                if state.state in (LinkState.STALE, LinkState.DOWN):
+                    await self._failover(name)  # a failed move is said as its outcome
 
     async def refresh(self, host: str | None = None) -> None:
         """Poll now: wakes the running loops, or polls directly when none runs."""
@@ -652,7 +678,8 @@ class Fleet(PendingLedger):
         job = check_job_id(host, doc.get("job"))
         self.intents.record(Intent(host=host, job=job, argv=tuple(argv), added_at=self.clock(),
                                    cwd=cwd, name=name, gpus=gpus, retries=retries,
-                                   ckpts=tuple(ckpts)))
+                                   ckpts=tuple(ckpts),
+                                   queue_id=queue_identity(doc.get("queue_id"))))
         return job
 
     async def queue_kill(self, host: str, job_id: str) -> None:

@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,9 @@ from gpuroom.tui.fleet.outputs import pull_root
 from gpuroom.tui.localpath import job_dir, safe_local_path
 from gpuroom.tui.model import MirrorHome
 from gpuroom.tui.present.format import fmt_bytes
-from gpuroom.tui.snapshot import Job, QueueSpec, load_answer, read_queue_spec
+from gpuroom.tui.snapshot import Job, QueueSpec, load_answer, queue_identity, read_queue_spec
 from gpuroom.tui.snapshot import Snapshot as SnapshotView
+from gpuroom.tui.statefile import locked, write_private
 from gpuroom.tui.transport.link import HostLink, LinkError
 from gpuroom.tui.transport.pull import pull, take_manifest
 
@@ -100,12 +100,17 @@ def state_file(path: Path | None = None) -> Path:
     return path or Path(platformdirs.user_state_dir("gpuroom")) / "mirror.json"
 
 
-def mirror_dir(host: HostConfig, job: str) -> Path:
+def mirror_dir(host: HostConfig, job: str, queue_id: str) -> Path:
     """Where the mirror keeps ``job``'s checkpoints: beside `gpuroom pull`'s dirs, never in
-    one (pruning to the newest K must not delete what a full pull brought home). The job id
-    is the box's text: one the helper would not mint (``../..``), or a symlink there leading
-    out, is refused (UnsafePath, a GpuroomError naming the host and the job)."""
-    return job_dir(pull_root(host) / "mirror", host.name, job)
+    one (pruning to the newest K must not delete what a full pull brought home), one dir per
+    queue identity (a new queue's j1 is another job than an old one's). The job id is the
+    box's text: one the helper would not mint (``../..``), or a symlink there leading out, is
+    refused (UnsafePath, a GpuroomError naming the host and the job)."""
+    if queue_identity(queue_id) is None:
+        raise GpuroomError(f"{host.name}/{job}: its queue has no identity, so nothing of it is "
+                           "kept here", f"gpuroom queue ls {host.name} (a current helper gives "
+                           "each queue one)")
+    return job_dir(pull_root(host) / "mirror" / queue_id, host.name, job)
 
 
 class MirrorState:
@@ -120,36 +125,36 @@ class MirrorState:
         # and the command `queue move` re-adds, never the box's word.
         self.intents = IntentBook(self.path.with_name(INTENTS_FILE))
 
-    def load(self) -> dict[tuple[str, str], MirrorHome]:
+    def load(self) -> dict[tuple[str, str | None, str], MirrorHome]:
+        """Every home by (host, queue identity, job); one from before identities has None."""
         doc = read_state(self.path, "mirror")
-        out: dict[tuple[str, str], MirrorHome] = {}
+        out: dict[tuple[str, str | None, str], MirrorHome] = {}
         for raw in doc.get("homes", []) if isinstance(doc, dict) else []:
             try:
                 home = MirrorHome(**raw)
             except TypeError:
                 continue  # an entry of another shape: skipped, the next pull writes it anew
-            out[(home.host, home.job)] = home
+            out[(home.host, home.queue_id, home.job)] = home
         return out
 
-    def host(self, host: str) -> dict[str, MirrorHome]:
-        return {job: h for (name, job), h in self.load().items() if name == host}
+    def home(self, host: str, queue_id: str | None, job: str) -> MirrorHome | None:
+        """``job``'s home in the queue ``queue_id``; a queue without an identity owns none."""
+        return None if queue_id is None else self.load().get((host, queue_id, job))
+
+    def host(self, host: str, jobs: Iterable[Job]) -> dict[str, MirrorHome]:
+        """The homes of ``jobs`` (a poll of ``host``), by job id, each in its own queue."""
+        homes = self.load()
+        return {j.id: h for j in jobs if j.queue_id is not None
+                and (h := homes.get((host, j.queue_id, j.id))) is not None}
 
     def put(self, home: MirrorHome) -> None:
-        homes = self.load()
-        homes[(home.host, home.job)] = home
-        _write_private(self.path, {"version": 1, "homes": [asdict(h) for h in homes.values()]})
-
-
-def _write_private(path: Path, doc: Any) -> None:
-    """Atomically (tmp, fsync, rename), readable by this user only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+        """Add (or replace) ``home``: under the file's lock, re-read there, as the room and
+        `gpuroom watch` may both be mirroring."""
+        with locked(self.path):
+            homes = self.load()
+            homes[(home.host, home.queue_id, home.job)] = home
+            write_private(self.path,
+                          {"version": 1, "homes": [asdict(h) for h in homes.values()]})
 
 
 async def read_spec(link: HostLink, job: str) -> QueueSpec:
@@ -173,7 +178,8 @@ class MirrorOutcome:
 
     host: str
     job: str
-    # home | current | nothing | failed | fenced, failover (tui/fleet/live.py _fence, _failover)
+    # home | current | nothing | busy (another process pulls it now) | failed |
+    # fenced, failover (tui/fleet/live.py _fence, _failover)
     status: str
     step: int | None = None
     detail: str = ""
@@ -188,6 +194,8 @@ class MirrorOutcome:
             return f"{where}: mirror failed: {self.detail}"
         if self.status in ("fenced", "failover"):
             return f"{where}: {self.status} ({self.detail})"
+        if self.status == "busy":
+            return f"{where}: ckpt step {self.step} {self.detail}"
         if self.status == "current":
             return f"{where}: ckpt step {self.step} already home"
         return f"{where}: no committed checkpoint yet"
@@ -225,8 +233,8 @@ def prune(local: Path, keep: int) -> list[str]:
     return removed
 
 
-async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, *,
-                     settings: Settings, state: MirrorState,
+async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str,
+                     queue_id: str, *, settings: Settings, state: MirrorState,
                      clock: Callable[[], float] = time.time) -> MirrorOutcome:
     """One cycle for one job: the newest committed checkpoint home, verified, or why not.
 
@@ -238,12 +246,15 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
     if not found:
         return MirrorOutcome(host.name, job, "nothing")
     step, entry = found[-1]
-    have = state.host(host.name).get(job)
+    have = state.home(host.name, queue_id, job)
     if have is not None and have.step >= step:
         return MirrorOutcome(host.name, job, "current", have.step)
-    local = mirror_dir(host, job)
+    local = mirror_dir(host, job, queue_id)
     result = await pull(link, ckpt_dir, local, job=job, only=[str(entry["path"])],
-                        bwlimit_kbps=settings.mirror_bwlimit_kbps, state_path=state.pulls)
+                        bwlimit_kbps=settings.mirror_bwlimit_kbps, state_path=state.pulls,
+                        queue_id=queue_id)
+    if result.busy:
+        return MirrorOutcome(host.name, job, "busy", step, result.refused)
     fr = next((f for f in result.files if f.path == entry["path"]), None)
     if fr is None or fr.status != "verified" or fr.sha256 is None:
         # A file that arrived but did not load must not sit home under a checkpoint's name.
@@ -260,7 +271,7 @@ async def mirror_job(link: HostLink, host: HostConfig, job: str, ckpt_dir: str, 
                          local_path=str(home), sha256=fr.sha256,
                          verified_by=fr.verified_by or "hash",
                          box_mtime=float(mtime) if isinstance(mtime, (int, float)) else None,
-                         home_at=clock()))
+                         home_at=clock(), queue_id=queue_id))
     prune(local, settings.mirror_keep)
     detail = f"verified by {fr.verified_by}, {fmt_bytes(result.bytes_transferred)} received" \
         + (f"; {result.note}" if result.note else "")
@@ -288,23 +299,28 @@ class Mirror:
         self._defaults = {name: mirror_default(h) for name, h in hosts.items()}
         # (path, mtime) of each job's newest checkpoint file when last acted on
         self._seen: dict[tuple[str, str], tuple[str | None, float | None]] = {}
+        self._views: dict[str, SnapshotView] = {}  # each host's last good poll
 
-    def homes(self, host: str) -> dict[str, MirrorHome]:
-        return self.state.host(host)
+    def homes(self, host: str, view: SnapshotView | None = None) -> dict[str, MirrorHome]:
+        """The homes of the jobs ``view`` (a poll of ``host``; by default the last one
+        observed) shows, by job id."""
+        view = view if view is not None else self._views.get(host)
+        return self.state.host(host, view.jobs if view is not None else ())
 
     def observe(self, name: str, view: SnapshotView) -> None:
         """A good poll of ``name``: start a cycle for its first job whose checkpoint dir
         changed, unless one already runs there (one transfer per host at a time)."""
+        self._views[name] = view
         host = self.hosts.get(name)
         task = self._tasks.get(name)
         if host is None or (task is not None and not task.done()):
             return
-        intents = self.state.intents.host(name)
+        intents = self.state.intents.for_jobs(name, view.jobs)
         for job in view.jobs:
             if not wants_mirror(host, job, intents.get(job.id), self._defaults.get(name)):
                 continue
             try:
-                mirror_dir(host, job.id)
+                mirror_dir(host, job.id, job.queue_id or "")
             except GpuroomError as exc:
                 if (name, job.id) not in self._seen:  # said once, not at every poll
                     self._seen[(name, job.id)] = (None, None)
@@ -321,20 +337,21 @@ class Mirror:
             # A job first seen finished is not chased; one seen running, or changing, is.
             if sig in ((None, None), before) or (before is None and job.state != "running"):
                 continue
-            assert job.ckpt_dir is not None
-            self._tasks[name] = asyncio.ensure_future(self._cycle(host, job.id, job.ckpt_dir))
+            assert job.ckpt_dir is not None and job.queue_id is not None
+            self._tasks[name] = asyncio.ensure_future(
+                self._cycle(host, job.id, job.ckpt_dir, job.queue_id))
             return
 
-    async def _cycle(self, host: HostConfig, job: str, ckpt_dir: str) -> None:
+    async def _cycle(self, host: HostConfig, job: str, ckpt_dir: str, queue_id: str) -> None:
         try:
-            outcome = await mirror_job(self.links[host.name], host, job, ckpt_dir,
+            outcome = await mirror_job(self.links[host.name], host, job, ckpt_dir, queue_id,
                                        settings=self.settings, state=self.state,
                                        clock=self.clock)
         except asyncio.CancelledError:
             raise
         except (GpuroomError, OSError) as exc:
             outcome = MirrorOutcome(host.name, job, "failed", None, str(exc))
-        if outcome.status == "failed":
+        if outcome.status in ("failed", "busy"):
             self._seen.pop((host.name, job), None)  # tried again at the next poll
         if self.on_outcome is not None:
             self.on_outcome(outcome)

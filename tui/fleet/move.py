@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
-import os
 import posixpath
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +44,8 @@ from gpuroom.tui.fleet.intent import (
 from gpuroom.tui.fleet.mirror import MirrorState, mirror_job, read_spec, read_state
 from gpuroom.tui.model import MirrorHome, Move
 from gpuroom.tui.sanitize import sanitize_line
-from gpuroom.tui.snapshot import JobSpec, load_answer
+from gpuroom.tui.snapshot import JobSpec, load_answer, queue_identity
+from gpuroom.tui.statefile import locked, write_private
 from gpuroom.tui.transport.link import HostLink, LinkError, env_on_stdin
 from gpuroom.tui.transport.push import push_file
 
@@ -88,16 +87,12 @@ class Lineage:
         return out
 
     def add(self, move: Move) -> None:
-        self._write([*self.load(), move])
+        with locked(self.path):
+            self._write([*self.load(), move])
 
     def _write(self, moves: list[Move]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump({"version": 1, "moves": [asdict(m) for m in moves]}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Under ``locked(self.path)``, with ``moves`` read there."""
+        write_private(self.path, {"version": 1, "moves": [asdict(m) for m in moves]})
 
     def fences(self, host: str) -> list[Move]:
         """Moves away from ``host`` whose old copy may still run there."""
@@ -105,8 +100,9 @@ class Lineage:
 
     def fenced(self, move: Move, at: float) -> None:
         """``move``'s old copy is seen ended at ``at``: no more fencing."""
-        self._write([dataclasses.replace(m, fence=False, fenced_at=at) if m == move else m
-                     for m in self.load()])
+        with locked(self.path):
+            self._write([dataclasses.replace(m, fence=False, fenced_at=at) if m == move
+                         else m for m in self.load()])
 
     def involving(self, host: str) -> list[Move]:
         """The moves from or to ``host``, oldest first (the doctor's, through HostState)."""
@@ -115,6 +111,11 @@ class Lineage:
     def for_host(self, host: str) -> dict[str, str]:
         """Each of ``host``'s moved jobs: "moved to B/j3" or "from A/j7" (the newest)."""
         return lineage_text(host, self.load())
+
+
+def moved_away(lineage: Lineage, host: str) -> set[tuple[str | None, str]]:
+    """(queue identity, job) of each job moved away from ``host``."""
+    return {(m.src_queue, m.src_job) for m in lineage.load() if m.src_host == host}
 
 
 def lineage_text(host: str, moves: list[Move]) -> dict[str, str]:
@@ -218,38 +219,56 @@ def unrecorded(src: HostConfig, dst: HostConfig, job: str,
 async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings: Settings,
                    state: MirrorState | None = None,
                    say: Callable[[str], None] = lambda _line: None,
-                   down_s: float | None = None, why: str | None = None) -> Move:
+                   down_s: float | None = None, why: str | None = None,
+                   queue_id: str | None = None) -> Move:
     """Move ``job`` from ``src_link``'s host to ``dst_link``'s; see the module doc.
     ``down_s``, ``why``: a failover the fleet makes, after the source was down that long, or
-    because of what ``why`` says (it came back wiped)."""
+    because of what ``why`` says (it came back wiped). ``queue_id``: the identity of the
+    queue the job was last seen in (a failover; the box answers it otherwise)."""
     auto = down_s is not None or why is not None
     src, dst = src_link.host, dst_link.host
     state = state or MirrorState()
     check_target(dst)
-    intent = state.intents.get(src.name, job)
+    # The job as its box has it now, with its queue's identity: a record or a home of a job
+    # of the same id in an earlier queue (another rental behind the alias) is another job.
+    unreachable: LinkError | None = None
+    spec: JobSpec | None = None
+    try:
+        if down_s is not None:
+            # The fleet has had no answer for down_s: asking again would only wait out
+            # another connect deadline before the failover could begin.
+            raise LinkError(src.name, f"no answer for {down_s:.0f} s")
+        shown = await read_spec(src_link, job)
+        spec, queue_id = shown.jobs[0], shown.id
+    except LinkError as exc:
+        unreachable = exc
+    except GpuroomError:
+        if state.intents.newest(src.name, job) is None:
+            raise unrecorded(src, dst, job) from None
+        raise
+    if spec is not None:
+        intent = state.intents.get(src.name, job, queue_id)
+    elif queue_id is not None:  # a failover: the queue its last good poll showed
+        intent = state.intents.get(src.name, job, queue_id)
+    else:  # `queue move` of a box that cannot be asked: its newest record under that id
+        intent = state.intents.newest(src.name, job)
     if intent is None:
-        try:  # only to say why when the box is gone; nothing is asked of it but a read
-            await read_spec(src_link, job)
-        except LinkError as exc:
-            raise unrecorded(src, dst, job, exc) from exc
-        except GpuroomError:
-            pass
-        raise unrecorded(src, dst, job)
+        raise unrecorded(src, dst, job, unreachable)
     # The new host first: a job is never killed for a move that cannot land.
     await _ask(dst_link, "ls", check=False)
-    try:
-        spec = (await read_spec(src_link, job)).jobs[0]
-    except LinkError as exc:
+    if spec is None:
         # The box is gone (or its link): the job's record and the newest checkpoint the
         # mirror verified are enough. The old copy is fenced when the host answers again.
-        home = state.host(src.name).get(job)
-        say(f"{src.name} cannot be reached ({exc}): moving {job} from its record"
+        home = state.home(src.name, intent.queue_id, job)
+        say(f"{src.name} cannot be reached ({unreachable}): moving {job} from its record"
             + (f" (ckpt step {home.step})" if home else " (no checkpoint)")
             + f"; its copy there is killed when {src.name} answers again")
         _check_home(home)
-        new_job = await _add_paused(dst_link, intent, src, home, state=state, say=say)
+        new_job, new_queue = await _add_paused(dst_link, intent, src, home, state=state,
+                                               say=say)
         move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
-                    fence=True, auto=auto, down_s=down_s, why=why)
+                    fence=True, auto=auto, down_s=down_s, why=why,
+                    src_queue=intent.queue_id, dst_queue=new_queue)
         Lineage(state).add(move)
         return move
     fenced_at = None
@@ -258,25 +277,27 @@ async def move_job(src_link: HostLink, dst_link: HostLink, job: str, *, settings
         say(f"{src.name}/{job}: killed; waiting for it to end")
         spec = await _ended(src_link, job, KILL_WAIT_S)
         fenced_at = time.time()
-    home = await _bring_home(src_link, spec, settings=settings, state=state, say=say)
-    new_job = await _add_paused(dst_link, intent, src, home, state=state, say=say)
+    home = await _bring_home(src_link, spec, queue_id, settings=settings, state=state, say=say)
+    new_job, new_queue = await _add_paused(dst_link, intent, src, home, state=state, say=say)
     move = Move(src.name, job, dst.name, new_job, home.step if home else None, time.time(),
-                auto=auto, down_s=down_s, why=why, fenced_at=fenced_at)
+                auto=auto, down_s=down_s, why=why, fenced_at=fenced_at,
+                src_queue=queue_id, dst_queue=new_queue)
     Lineage(state).add(move)
     return move
 
 
-async def _bring_home(link: HostLink, spec: JobSpec, *, settings: Settings,
-                      state: MirrorState, say: Callable[[str], None]) -> MirrorHome | None:
+async def _bring_home(link: HostLink, spec: JobSpec, queue_id: str | None, *,
+                      settings: Settings, state: MirrorState,
+                      say: Callable[[str], None]) -> MirrorHome | None:
     host = link.host
-    if spec.ckpt_dir:
-        outcome = await mirror_job(link, host, spec.id, spec.ckpt_dir, settings=settings,
-                                   state=state)
+    if spec.ckpt_dir and queue_id is not None:
+        outcome = await mirror_job(link, host, spec.id, spec.ckpt_dir, queue_id,
+                                   settings=settings, state=state)
         say(outcome.line)
         if outcome.status == "failed":
             raise MoveError(f"{host.name}/{spec.id}: its newest checkpoint did not come home "
                             f"({outcome.detail}): not moved", "move again (the pull resumes)")
-    home = state.host(host.name).get(spec.id)
+    home = state.home(host.name, queue_id, spec.id)
     _check_home(home)
     return home
 
@@ -289,7 +310,7 @@ def _check_home(home: MirrorHome | None) -> None:
 
 async def _add_paused(link: HostLink, intent: Intent, src: HostConfig,
                       home: MirrorHome | None, *, state: MirrorState,
-                      say: Callable[[str], None]) -> str:
+                      say: Callable[[str], None]) -> tuple[str, str | None]:
     """Add the recorded job on ``link``'s host with its queue paused, record it there, place
     the checkpoint in the new job's dir, then resume (unless the queue was paused before)."""
     dst = link.host
@@ -303,6 +324,7 @@ async def _add_paused(link: HostLink, intent: Intent, src: HostConfig,
         argv, stdin = add_argv(intent, src, dst)
         added = await _ask(link, "add", *argv, stdin=stdin)
         new_job = check_job_id(dst.name, added.get("job"))
+        new_queue = queue_identity(added.get("queue_id"))
         say(f"{dst.name}: added {new_job} ({src.name}/{intent.job}'s command)")
         if home is not None:
             where = await read_spec(link, new_job)
@@ -314,7 +336,7 @@ async def _add_paused(link: HostLink, intent: Intent, src: HostConfig,
                 "on arrival")
         # Its record before it can start: a failover of the new job takes its command here.
         state.intents.record(dataclasses.replace(moved_intent(intent, src, dst), job=new_job,
-                                                 added_at=time.time()))
+                                                 added_at=time.time(), queue_id=new_queue))
     except BaseException:
         # A job without its checkpoint would start from step 0: it goes, and the queue's
         # other jobs must not stay held by a failed move.
@@ -322,7 +344,7 @@ async def _add_paused(link: HostLink, intent: Intent, src: HostConfig,
         raise
     if not was_paused:
         await _resume(link)
-    return new_job
+    return new_job, new_queue
 
 
 async def _undo(link: HostLink, new_job: str, *, resume: bool) -> None:

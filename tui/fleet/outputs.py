@@ -74,7 +74,7 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
     """Pull each job's checkpoint dir (or only ``job``'s) into ``root/<host>/<job>/``, and
     its own program's checkpoint units and --output files from its cwd into ``cwd/`` there."""
     listed = [j for j in await queue_jobs(link, units=True) if job is None or j.id == job]
-    jobs = [(j.id, j.ckpt_dir) for j in listed if j.ckpt_dir]
+    jobs = [(j.id, j.ckpt_dir, j.queue_id) for j in listed if j.ckpt_dir]
     if job is not None and not listed:
         raise NoSuchJob(f"{link.name} has no job {job!r} with a checkpoint dir")
     out: list[tuple[str, PullResult]] = []
@@ -90,11 +90,11 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
             continue
         try:
             out.append((j.id, await pull(link, cwd, local, job=units_key(j.id), only=files,
-                                         method=method)))
+                                         queue_id=j.queue_id, method=method)))
         except PullError as exc:
             out.append((j.id, PullResult(link.name, j.id, cwd, str(local),
                                          manifest_complete=False, manifest_reason=str(exc))))
-    for jid, ckpt_dir in jobs:
+    for jid, ckpt_dir, queue_id in jobs:
 
         def progress(p: Progress, jid: str = jid) -> None:
             if on_progress is not None:
@@ -107,8 +107,8 @@ async def pull_jobs(link: HostLink, root: Path, job: str | None = None, *,
             out.append((jid, PullResult(link.name, jid, ckpt_dir, "", refused=str(exc))))
             continue
         try:
-            out.append((jid, await pull(link, ckpt_dir, local,
-                                        job=jid, on_progress=progress, method=method)))
+            out.append((jid, await pull(link, ckpt_dir, local, job=jid, queue_id=queue_id,
+                                        on_progress=progress, method=method)))
         except PullError as exc:  # this job's manifest or dir: the next job is still pulled
             out.append((jid, PullResult(link.name, jid, ckpt_dir, str(local),
                                         manifest_complete=False, manifest_reason=str(exc))))
@@ -141,6 +141,7 @@ async def check_gate(link: HostLink, mounts: Sequence[str] = ()) -> GateResult:
         # The probe's queue view is bounded; fall back to the full list for finality.
         snapshot = with_jobs(snapshot, jobs)
     return evaluate(link.name, snapshot, load_records(), outputs,
+                    queues={j.id: j.queue_id for j in jobs},
                     expected_helper_sha=link.archive.sha256,
                     run_dirs=await run_dirs(link, jobs), wiped=wiped, units=units)
 

@@ -207,9 +207,9 @@ def unit_outputs(job: Job) -> list[dict[str, Any]]:
 
 
 def _needs_pull(host: str, job: Job, records: Sequence[Record]) -> bool:
-    if job_pull(host, units_key(job.id), unit_outputs(job), records).needs_pull:
+    if job_pull(host, units_key(job.id), unit_outputs(job), records, job.queue_id).needs_pull:
         return True
-    return job_pull(host, job.id, box_outputs(job), records).needs_pull
+    return job_pull(host, job.id, box_outputs(job), records, job.queue_id).needs_pull
 
 
 def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> list[Job]:

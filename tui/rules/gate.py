@@ -54,8 +54,12 @@ def _queue_item(snapshot: Snapshot | None) -> GateItem:
 Record = Mapping[str, Any]  # one entry of pulls.json (tui/transport/pull.py record_pull)
 
 
-def _latest_record(records: Sequence[Record], host: str, job: str) -> Record | None:
-    mine = [r for r in records if r.get("host") == host and str(r.get("job")) == job]
+def _latest_record(records: Sequence[Record], host: str, job: str,
+                   queue_id: str | None) -> Record | None:
+    # Job ids start again at j1 in a new queue: a pull of an earlier queue's job of that id
+    # (or one recorded before queues had identities) is not this job's.
+    mine = [r for r in records if r.get("host") == host and str(r.get("job")) == job
+            and r.get("queue_id") == queue_id]
     return max(mine, key=lambda r: float(r.get("time") or 0)) if mine else None
 
 
@@ -94,11 +98,12 @@ def _home(entry: Mapping[str, Any], got: Record | None, pulled_at: float | None)
 
 
 def job_pull(host: str, job: str, entries: Sequence[Mapping[str, Any]],
-             records: Sequence[Record]) -> JobPull:
+             records: Sequence[Record], queue_id: str | None = None) -> JobPull:
     """Which of ``entries`` (the box's files of ``job``'s checkpoint dir, paths relative to
-    it) the pull records have home; no files means nothing to pull."""
+    it) the pull records of ``job`` in the queue ``queue_id`` have home; no files means
+    nothing to pull."""
     files = [e for e in entries if e.get("kind") == "file"]
-    record = _latest_record(records, host, job)
+    record = _latest_record(records, host, job, queue_id)
     if record is None:
         return JobPull(job, len(files), None, (), tuple(str(e.get("path")) for e in files))
     have = {f.get("path"): f for f in record.get("files") or [] if isinstance(f, Mapping)}
@@ -144,7 +149,8 @@ def _listed_short(parts: Sequence[str], n: int = 8) -> str:
 
 
 def _units_item(host: str, units: Mapping[str, JobUnits], records: Sequence[Record],
-                job_outputs: Mapping[str, list[dict[str, Any]] | None]) -> GateItem:
+                job_outputs: Mapping[str, list[dict[str, Any]] | None],
+                queues: Mapping[str, str | None]) -> GateItem:
     """Per job: each checkpoint unit and --output file, and whether it is home. A job with
     nothing seen is said, never counted as safe: gpuroom cannot tell "wrote nothing" from
     "wrote it where nobody looked"."""
@@ -163,7 +169,7 @@ def _units_item(host: str, units: Mapping[str, JobUnits], records: Sequence[Reco
                 bad.append(f"{job}: no checkpoint seen (name it with queue add --ckpt PATH, "
                            "or write it under the job's cwd or $GPUROOM_CKPT_DIR)")
             continue
-        state = job_pull(host, units_key(job), seen.entries, records)
+        state = job_pull(host, units_key(job), seen.entries, records, queues.get(job))
         listed = {str(e.get("path")) for e in seen.entries if e.get("kind") == "file"}
         stale = set(state.stale)
         parts: list[str] = []
@@ -227,7 +233,8 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
              expected_helper_sha: str | None = None,
              run_dirs: RunDirs | str | None = None,
              wiped: Sequence[WipedMount] = (),
-             units: Mapping[str, JobUnits] | None = None) -> GateResult:
+             units: Mapping[str, JobUnits] | None = None,
+             queues: Mapping[str, str | None] | None = None) -> GateResult:
     """The checklist for one host.
 
     ``job_outputs``: job id -> the box's current manifest entries of that job's checkpoint
@@ -237,18 +244,20 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
     destroys (tui/rules/survival.py destroy_wiped_mounts; empty when it only stops): a job
     whose checkpoints there are not home is named with the mount (principle 4). ``units``:
     each job that ran, its own program's checkpoints and --output files (None leaves that
-    item out).
+    item out). ``queues``: each job's queue identity (default: as ``snapshot`` shows them).
     """
     items = [_queue_item(snapshot)]
     missing, stale, unverified, not_loaded, load_failed = [], [], [], [], []
     loaded = 0
     pulled_files = 0
     not_home: list[str] = []  # jobs with a file on the box that is not home as it is there
+    if queues is None:
+        queues = {j.id: j.queue_id for j in snapshot.jobs} if snapshot is not None else {}
     for job, entries in sorted(job_outputs.items()):
         if entries is None:
             missing.append(f"{job} (its outputs could not be listed)")
             continue
-        state = job_pull(host, job, entries, records)
+        state = job_pull(host, job, entries, records, queues.get(job))
         if not state.files:
             continue
         if state.record is None or state.stale:
@@ -283,7 +292,7 @@ def evaluate(host: str, snapshot: Snapshot | None, records: Sequence[Record],
                           if bad_hash else f"{pulled_files} files match the box's sha256"))
     items.append(_load_item(loaded, not_loaded, load_failed))
     if units is not None:
-        items.append(_units_item(host, units, records, job_outputs))
+        items.append(_units_item(host, units, records, job_outputs, queues))
     items.append(gpu_work_item(snapshot))
     jobs = snapshot.jobs if snapshot is not None else ()
     items.append(outputs_item(jobs))

@@ -45,6 +45,7 @@ from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.localpath import open_append, safe_local_path, symlinked
 from gpuroom.tui.sanitize import last_words, sanitize_line
 from gpuroom.tui.snapshot import load_answer
+from gpuroom.tui.statefile import TransferBusy, locked, transfer_lock, write_private
 from gpuroom.tui.transport.link import (
     CONNECT_TIMEOUT_S,
     PULL_READ_TIMEOUT_S,
@@ -127,6 +128,10 @@ class PullResult:
     # Why the whole job was refused before anything moved (tui/localpath.py: a forged job id,
     # a symlink leading out of the pull root); nothing is written or recorded then.
     refused: str = ""
+    # Another process (the room, `gpuroom watch`) is pulling this job into the same dir now:
+    # nothing was done here, and running again later resumes where that one stops.
+    busy: bool = False
+    queue_id: str | None = None  # the identity of the job's queue (tui/snapshot.py)
 
     @property
     def ok(self) -> bool:
@@ -142,6 +147,9 @@ class PullResult:
     @property
     def failures(self) -> list[FileResult]:
         return [f for f in self.files if f.status in ("failed", "refused")]
+
+
+BUSY = "already being pulled by another gpuroom (the room or gpuroom watch); skipped here"
 
 
 class PullError(GpuroomError):
@@ -803,13 +811,16 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
                load_test_torch: bool | None = None,
                state_path: Path | None = None, method: str = "auto",
                only: Sequence[str] | None = None,
-               bwlimit_kbps: int | None = None) -> PullResult:
+               bwlimit_kbps: int | None = None,
+               queue_id: str | None = None) -> PullResult:
     """Pull ``remote_dir`` into ``local_dir``; records the pull when everything verified.
 
     ``only``: these paths under ``remote_dir`` and nothing else (the mirror's newest
     checkpoint, tui/fleet/mirror.py); the record then lists only them. ``bwlimit_kbps``:
     every file through rsync --bwlimit (the one path that can cap its rate); where rsync
     cannot run, the files come uncapped over SFTP and the result's note says so.
+    ``queue_id``: the identity of ``job``'s queue, kept in the record (a new queue's j1 is
+    another job).
 
     ``method``: "auto" sends files of BULK_MIN_BYTES or more through the OpenSSH client's
     SFTP, and the rest through SFTP on the link; where ``ssh`` cannot open that session, big
@@ -832,10 +843,18 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
         paths.rsync = _Rsync(link, every_file=method == "rsync")
         if paths.rsync.every_file:
             paths.rsync.start_probe()  # the ssh login overlaps the manifest
+    # One writer per job and destination across processes: two would share the .part.
+    key = (link.name, queue_id or "", job or remote_dir, str(Path(local_dir).absolute()))
     try:
-        return await _pull(link, remote_dir, Path(local_dir), paths, on_progress=on_progress,
-                           job=job, load_test_torch=load_test_torch, state_path=state_path,
-                           only=list(only) if only is not None else None)
+        with transfer_lock(state_file(state_path).parent, *key):
+            return await _pull(link, remote_dir, Path(local_dir), paths,
+                               on_progress=on_progress, job=job,
+                               load_test_torch=load_test_torch, state_path=state_path,
+                               only=list(only) if only is not None else None,
+                               queue_id=queue_id)
+    except TransferBusy:
+        return PullResult(link.name, job, remote_dir, str(local_dir), busy=True,
+                          refused=BUSY, queue_id=queue_id)
     except OSError as exc:
         # The link's own failures arrive as LinkError, and a file's as its result; an
         # OSError here is this machine's (the pull's dir or the state dir): the user's to fix.
@@ -849,13 +868,13 @@ async def pull(link: HostLink, remote_dir: str, local_dir: str | Path, *,
 async def _pull(link: HostLink, remote_dir: str, local: Path, paths: _Paths, *,
                 on_progress: Callable[[Progress], None] | None, job: str | None,
                 load_test_torch: bool | None, state_path: Path | None,
-                only: list[str] | None = None) -> PullResult:
+                only: list[str] | None = None, queue_id: str | None = None) -> PullResult:
     local.mkdir(parents=True, exist_ok=True)
     doc = await take_manifest(link, remote_dir, only, defer_above=DEFER_HASH_BYTES)
     box_dir = str(doc.get("dir") or remote_dir)
     result = PullResult(host=link.name, job=job, remote_dir=box_dir, local_dir=str(local),
                         manifest_complete=bool(doc.get("complete")),
-                        manifest_reason=doc.get("reason"))
+                        manifest_reason=doc.get("reason"), queue_id=queue_id)
     names = listed_names([str(e.get("path")) for e in doc["files"]])
     todo: list[tuple[dict[str, Any], Path]] = []
     for entry in doc["files"]:
@@ -952,24 +971,21 @@ def load_records(path: Path | None = None) -> list[dict[str, Any]]:
 
 
 def record_pull(result: PullResult, path: Path | None = None) -> None:
-    """Add (or replace) the record for this host/job/dir; atomic: tmp, fsync, rename."""
+    """Add (or replace) the record for this host/job/dir: under the file's lock, re-read
+    there (the room and `gpuroom watch` may record at once), written atomically."""
     p = state_file(path)
-    records = [r for r in load_records(p)
-               if (r.get("host"), r.get("job"), r.get("dir")) !=
-               (result.host, result.job, result.remote_dir)]
     files: list[dict[str, Any]] = [
         {"path": f.path, "size": f.size, "sha256": f.sha256, "verified_by": f.verified_by,
          **({"load_error": f.load_error} if f.load_error else {})}
         for f in result.files if f.status == "verified"]
     torch_files = [f for f in files if str(f["path"]).endswith(TORCH_SUFFIXES)]
     by_load = bool(torch_files) and all(f["verified_by"] == "load" for f in torch_files)
-    records.append({"host": result.host, "job": result.job, "dir": result.remote_dir,
-                    "local_dir": result.local_dir, "files": files,
-                    "verified_by": "load" if by_load else "hash", "time": time.time()})
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump({"version": 1, "pulls": records}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    with locked(p):
+        records = [r for r in load_records(p)
+                   if (r.get("host"), r.get("queue_id"), r.get("job"), r.get("dir")) !=
+                   (result.host, result.queue_id, result.job, result.remote_dir)]
+        records.append({"host": result.host, "queue_id": result.queue_id, "job": result.job,
+                        "dir": result.remote_dir,
+                        "local_dir": result.local_dir, "files": files,
+                        "verified_by": "load" if by_load else "hash", "time": time.time()})
+        write_private(p, {"version": 1, "pulls": records})

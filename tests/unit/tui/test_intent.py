@@ -27,27 +27,32 @@ from gpuroom.tui.rules.moves import held_findings
 from gpuroom.tui.snapshot import read_snapshot
 
 T0 = 1_795_000_000.0
+Q = "0123456789abcdef" * 2  # a queue identity as the helper makes one
+
+
+def _ids(book: IntentBook, host: str) -> list[str]:
+    return sorted(i.job for i in book.host(host))
 
 
 def _intent(host: str = "a", job: str = "j1", **kw: object) -> Intent:
     return Intent(host=host, job=job, argv=("python3", "train.py"), added_at=T0,
-                  **kw)  # type: ignore[arg-type]
+                  **{"queue_id": Q, **kw})  # type: ignore[arg-type]
 
 
 def test_the_record_is_private_keyed_by_host_and_job_and_survives_a_reread(
         tmp_path: Path) -> None:
     book = IntentBook(tmp_path / "intents.json")
-    assert book.get("a", "j1") is None and book.host("a") == {}
+    assert book.get("a", "j1", Q) is None and _ids(book, "a") == []
     book.record(_intent(env={"TOKEN": "s3cret"}, failover=("b", "c"), mirror=True))
     book.record(_intent(job="j2"))
     book.record(_intent(host="b", job="j1", moved_from="a/j2"))
     assert stat.S_IMODE(book.path.stat().st_mode) == 0o600  # env values may be tokens
     again = IntentBook(book.path)
-    got = again.get("a", "j1")
+    got = again.get("a", "j1", Q)
     assert got is not None and got.env == {"TOKEN": "s3cret"} and got.failover == ("b", "c")
     assert got.argv == ("python3", "train.py") and got.wants_mirror
-    assert sorted(again.host("a")) == ["j1", "j2"]
-    assert again.get("b", "j1") is not None and again.get("b", "j1").moved_from == "a/j2"
+    assert _ids(again, "a") == ["j1", "j2"]
+    assert again.get("b", "j1", Q) is not None and again.get("b", "j1", Q).moved_from == "a/j2"
     assert not list(tmp_path.glob(".intents.json.tmp-*"))  # written by rename
 
 
@@ -65,9 +70,9 @@ def test_a_job_id_the_box_made_up_is_not_recorded(tmp_path: Path) -> None:
         with pytest.raises(GpuroomError) as err:
             book.record(_intent(job=bad))  # type: ignore[arg-type]
         assert "a" in err.value.message and "\x1b" not in err.value.message
-    assert book.host("a") == {}
+    assert _ids(book, "a") == []
     book.record(_intent(job="j12_3"))  # an array task
-    assert book.get("a", "j12_3") is not None
+    assert book.get("a", "j12_3", Q) is not None
 
 
 def test_entries_of_another_shape_are_skipped_not_a_crash(tmp_path: Path) -> None:
@@ -76,9 +81,9 @@ def test_entries_of_another_shape_are_skipped_not_a_crash(tmp_path: Path) -> Non
     path.write_text(json.dumps({"version": 1, "jobs": [
         good, {"host": "a", "job": "j2"}, {**good, "job": "j3", "argv": "rm -rf /"},
         {**good, "job": "j4", "env": {"K": 1}}, "junk"]}))
-    assert sorted(IntentBook(path).host("a")) == ["j1"]
+    assert _ids(IntentBook(path), "a") == ["j1"]
     path.write_text("{not json")
-    assert IntentBook(path).host("a") == {}
+    assert _ids(IntentBook(path), "a") == []
 
 
 def test_local_receives_moves_only_when_hosts_toml_says_so(tmp_path: Path) -> None:

@@ -26,10 +26,13 @@ from gpuroom.tui.snapshot import Job
 NOW = 1_800_000_000.0
 
 
+Q = "0123456789abcdef" * 2  # a queue identity as the helper makes one
+
+
 def _home(step: int, *, box_mtime: float | None = NOW - 180) -> MirrorHome:
     return MirrorHome(host="box", job="default/j1", step=step, file=f"ckpt-{step:012d}.pt",
                       local_path=f"/x/ckpt-{step:012d}.pt", sha256="ab" * 32,
-                      verified_by="load", box_mtime=box_mtime, home_at=NOW - 60)
+                      verified_by="load", box_mtime=box_mtime, home_at=NOW - 60, queue_id=Q)
 
 
 def test_spot_profiles_mirror_by_default_a_host_setting_wins() -> None:
@@ -94,14 +97,17 @@ def test_prune_keeps_the_newest_k_and_drops_stale_parts(tmp_path: Path) -> None:
 
 def test_state_keeps_the_newest_home_and_skips_entries_of_another_shape(tmp_path: Path) -> None:
     state = MirrorState(tmp_path / "mirror.json")
-    assert state.host("box") == {}
+    assert state.home("box", Q, "default/j1") is None
     state.put(_home(10))
     state.put(_home(20))
-    assert state.host("box")["default/j1"].step == 20 and state.host("other") == {}
+    home = state.home("box", Q, "default/j1")
+    assert home is not None and home.step == 20 and state.home("other", Q, "default/j1") is None
+    assert state.home("box", None, "default/j1") is None  # a queue with no identity owns none
     assert state.pulls.parent == tmp_path and state.pulls.name != "pulls.json"
     text = (tmp_path / "mirror.json").read_text()
     (tmp_path / "mirror.json").write_text(text.replace('"step"', '"stepp"'))
-    assert state.host("box") == {}  # not a crash: the next verified pull writes it anew
+    # not a crash: the next verified pull writes it anew
+    assert state.home("box", Q, "default/j1") is None
     (tmp_path / "mirror.json").write_text("{not json")
     assert state.load() == {}
 
@@ -158,11 +164,12 @@ async def test_a_job_id_that_would_land_outside_the_mirror_dir_is_refused(
     from gpuroom.tui.snapshot import read_snapshot
 
     host = HostConfig(name="box", ssh="box", mirror=True, pull_to=str(tmp_path / "home"))
-    assert mirror_dir(host, "j1") == (tmp_path / "home" / "mirror" / "box" / "j1").resolve()
+    assert mirror_dir(host, "j1", Q) == (tmp_path / "home" / "mirror" / Q / "box" /
+                                         "j1").resolve()
     # Only an id the helper mints names a folder: a "/" in one is never a subfolder.
     for bad in ("../../../etc", "/etc", "j1/../../x", "", "a\x00b", "default/j1"):
         with pytest.raises(GpuroomError) as err:
-            mirror_dir(host, bad)
+            mirror_dir(host, bad, Q)
         assert "box" in err.value.message and "\x00" not in err.value.message
     heard: list[MirrorOutcome] = []
     state = MirrorState(tmp_path / "m.json")
@@ -170,10 +177,11 @@ async def test_a_job_id_that_would_land_outside_the_mirror_dir_is_refused(
     # written by hand or by an older gpuroom may hold one): the mirror's own guard still holds.
     forged = "../../../../tmp/x"
     state.intents.path.write_text(json.dumps({"version": 1, "jobs": [
-        Intent(host="box", job=forged, argv=("python3",), added_at=NOW, mirror=True).to_json()]}))
-    assert state.intents.get("box", forged) is not None
+        Intent(host="box", job=forged, argv=("python3",), added_at=NOW, mirror=True,
+               queue_id=Q).to_json()]}))
+    assert state.intents.get("box", forged, Q) is not None
     mirror = Mirror({"box": host}, {}, Settings(), state=state, on_outcome=heard.append)
-    view = read_snapshot({"queue": {"jobs": [{
+    view = read_snapshot({"queue": {"id": Q, "jobs": [{
         "id": forged, "state": "running", "ckpt_dir": "/c",
         "checkpoint": {"path": "/c/ckpt-000000000001.pt", "mtime": 1.0, "size": 1}}]}})
     mirror.observe("box", view)
