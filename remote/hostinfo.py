@@ -126,6 +126,35 @@ def _own_cgroup_v1_dir(root: str, controller: str) -> str:
     return base
 
 
+def memory_cgroup_of(pid: int, root: str = CGROUP_ROOT) -> Optional[str]:
+    """The memory cgroup directory of process ``pid`` (v2 unified, else v1's memory
+    controller), from /proc/PID/cgroup; None when it cannot be read. A job started from an
+    SSH session is not in the probe's cgroup: its OOM count is read here, not there (U9)."""
+    text = _read(f"/proc/{pid}/cgroup") or ""
+    unified = os.path.exists(os.path.join(root, "cgroup.controllers"))
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if unified and parts[0] == "0" and parts[1] == "":
+            where = os.path.join(root, parts[2].strip().lstrip("/")).rstrip("/")
+        elif not unified and "memory" in parts[1].split(","):
+            where = os.path.join(root, "memory", parts[2].strip().lstrip("/")).rstrip("/")
+        else:
+            continue
+        return where if os.path.isdir(where) else None
+    return None
+
+
+def oom_kill_count(cgroup_dir: str) -> Optional[int]:
+    """The cgroup's OOM kills so far: v2 memory.events, else v1 memory.oom_control."""
+    for name in ("memory.events", "memory.oom_control"):
+        text = _read(os.path.join(cgroup_dir, name))
+        if text is not None:
+            return parse_flat_keyed(text).get("oom_kill")
+    return None
+
+
 # cpu_usage_usec is the cgroup's CPU time so far; the jump host turns two polls into vCPUs used.
 _CGROUP_KEYS = ("version", "path", "memory_current", "memory_max", "oom_kill", "oom",
                 "cpu_quota_vcpus", "cpu_usage_usec")

@@ -555,6 +555,13 @@ def _end_attempt(job: Dict[str, Any], ev: Event, reason: str) -> None:
     if a is None or a["end"] is not None:
         return
     ended = exit_fields(ev)  # typed before anything of the attempt changes
+    ckpt = _field(ev, "checkpoint", dict, "an object")
+    if ckpt is not None:
+        ckpt = {"path": _field(ckpt, "path", str, "a string"),
+                "mtime": _field(ckpt, "mtime", (int, float), "a number"),
+                "size": _field(ckpt, "size", int, "an integer"),
+                "save_s": _field(ckpt, "save_s", (int, float), "a number")}
+        a["checkpoint"] = ckpt
     a["end"] = ev.get("t")
     a["end_reason"] = reason
     a.update(ended)
@@ -562,6 +569,24 @@ def _end_attempt(job: Dict[str, Any], ev: Event, reason: str) -> None:
         a["duration"] = round(a["end"] - a["start"], 3)
     if "duration" in ev:
         a["duration"] = ev["duration"]
+
+
+def _record_processes(job: Dict[str, Any], ev: Event) -> Optional[int]:
+    """What the runner saw of an ended attempt's processes (the training process under the
+    wrapper, the group's pids, its memory cgroup and that cgroup's OOM kills), typed; the
+    OOM kills counted, or None."""
+    a = _attempt(job, ev.get("attempt"))
+    if a is None:
+        return None
+    pids = _field(ev, "pids", list, "a list")
+    if pids is not None and not all(isinstance(p, int) and not isinstance(p, bool)
+                                    for p in pids):
+        raise ValueError("pids is not a list of integers")
+    ooms = _field(ev, "oom_kills", int, "an integer")
+    a.update({"child_pid": _field(ev, "child_pid", int, "an integer"), "pids": pids,
+              "cgroup": _field(ev, "cgroup", str, "a string"), "oom_kills": ooms,
+              "error_line": _field(ev, "error_line", str, "a string")})
+    return ooms if isinstance(ooms, int) and ooms > 0 else None
 
 
 def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
@@ -647,6 +672,8 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                     "attempt": ev.get("attempt"), "boot_id": ev.get("boot_id"),
                     "start": None, "end": None, "exit_code": None, "signal": None,
                     "duration": None, "end_reason": None, "pid": None, "pgid": None,
+                    "child_pid": None, "pids": None, "cgroup": None, "oom_kills": None,
+                    "checkpoint": None, "error_line": None,
                     "slot": ev.get("slot"), "gpus": ev.get("gpus"), "starttime": None,
                     "code": _field(ev, "code", dict, "an object"),  # remote/drift.py
                     "mark": _field(ev, "mark", str, "a string"),  # remote/jobmark.py
@@ -659,9 +686,13 @@ def fold(events: List[Event], queue: str = DEFAULT_QUEUE) -> State:
                 job["state"] = "running"
             elif kind == "exited":
                 ended = exit_fields(ev)
+                ooms = _record_processes(job, ev)  # typed before the attempt ends
                 _end_attempt(job, ev, "exited")
                 code = ended.get("exit_code")
                 job["state"] = "succeeded" if code == 0 and not ended.get("signal") else "failed"
+                if ooms:
+                    job["reason"] = (f"OOM-killed in its own cgroup (oom_kill +{ooms}); not "
+                                     "retried: the same command would be killed again")
                 job["kill_pending"] = False
                 if ev.get("sync"):
                     job["sync"] = {"state": "pending"}

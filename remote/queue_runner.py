@@ -124,7 +124,12 @@ def group_members(pgid: int) -> int:
     kill(-pgid, 0) is not enough: a zombie counts for it, and in a container whose PID 1
     never reaps, a killed grandchild stays a zombie for good.
     """
-    count = 0
+    return len(group_pids(pgid))
+
+
+def group_pids(pgid: int) -> List[int]:
+    """The live (non-zombie) pids of a process group."""
+    pids: List[int] = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -135,8 +140,8 @@ def group_members(pgid: int) -> int:
             continue
         rest = data[data.rfind(b")") + 2:].split()
         if len(rest) > 2 and rest[2] == str(pgid).encode() and rest[0] not in (b"Z", b"X"):
-            count += 1
-    return count
+            pids.append(int(name))
+    return pids
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:
@@ -393,11 +398,18 @@ def exec_main(argv: List[str]) -> int:
         _atomic_json(args.files + ".exit", {"exit_code": code, "signal": None,
                                            "end": time.time(), "duration": 0.0})
         return code
+    cgroup_root = os.environ.get("GPUROOM_CGROUP_ROOT") or hostinfo.CGROUP_ROOT
+    cgroup = hostinfo.memory_cgroup_of(child.pid, cgroup_root)
+    ooms_before = hostinfo.oom_kill_count(cgroup) if cgroup else None
     rc = child.wait()
     end = time.time()
+    ooms_after = hostinfo.oom_kill_count(cgroup) if cgroup else None
     status = {"exit_code": rc if rc >= 0 else None,
               "signal": signal_name(-rc) if rc < 0 else None,
-              "end": end, "duration": round(end - started, 3), "child_pid": child.pid}
+              "end": end, "duration": round(end - started, 3), "child_pid": child.pid,
+              "cgroup": cgroup,
+              "oom_kills": ooms_after - ooms_before
+              if ooms_after is not None and ooms_before is not None else None}
     try:
         _atomic_json(args.files + ".exit", status)
     except OSError as exc:
@@ -415,7 +427,76 @@ def _say(line: str) -> None:
         pass
 
 
+def _own_line(log_path: str, text: str) -> str:
+    """``text`` with a newline before it when the log does not end in one: a progress bar's
+    last frame ends in a carriage return, and our line must not be glued to it."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return text
+            f.seek(-1, os.SEEK_END)
+            return text if f.read(1) == b"\n" else "\n" + text
+    except OSError:
+        return text
+
+
+def note_attempt_end(log_path: str, n: int, how: str, duration: Optional[float]) -> None:
+    """``=== gpuroom: attempt N ended: exit 1 after 12.3 s ===`` on its own line of the log."""
+    after = f" after {duration:.1f} s" if isinstance(duration, (int, float)) else ""
+    try:
+        with open(log_path, "ab") as f:
+            f.write(_own_line(log_path, f"=== gpuroom: attempt {n} ended: {how}{after} ===\n")
+                    .encode())
+    except OSError:
+        pass  # a full disk: the event file still records the end
+
+
+ERROR_TAIL_BYTES = 16384  # the log's end read for its last error line
+ERROR_LINE_CHARS = 300
+# A job's last words when it dies: Python's exception line, a tool's "error:"/"fatal:", the
+# shell's "Killed" (the room's log pane knows the same shapes: tui/present/log.py).
+_ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*(?:Error|Exception)\b|(?:error|fatal)\b"
+                         r"|Killed$|Segmentation fault)", re.IGNORECASE)
+
+
+def last_error_in(log_path: str) -> Optional[str]:
+    """The last error line of the attempt that just ended, from the end of its log; None when
+    there is none (the attempt's header is as far back as it looks)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - ERROR_TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(re.split(r"[\r\n]+", tail)):
+        if line.startswith("=== gpuroom "):
+            return None
+        if _ERROR_LINE.match(line):
+            return line.strip()[:ERROR_LINE_CHARS]
+    return None
+
+
+def end_words(code: Any, sig: Any) -> str:
+    return f"signal {sig}" if sig else f"exit {code}"
+
+
+def newest_of(job: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The newest checkpoint as an attempt ends: what the next attempt should resume from."""
+    from .queue import newest_checkpoint  # queue imports this module: resolved at call time
+
+    try:
+        return newest_checkpoint(job.get("ckpt_dir"))
+    except OSError:
+        return None
+
+
 # ---------------------------------------------------------------- the runner
+
+PID_SAMPLE_EVERY_S = 5.0
+SEEN_PIDS_MAX = 64  # an event stays small; a job forking thousands is matched by its cgroup
+
 
 class Active:
     """A job attempt this runner watches: its own child, or adopted from a dead runner."""
@@ -436,6 +517,19 @@ class Active:
         self.kill_sent: Optional[str] = None
         self.kill_reap_deadline: Optional[float] = None
         self.mark: Optional[str] = None  # jobmark: its processes, in its group or not
+        # The group's processes seen while it ran: the kernel's OOM line names the one it
+        # killed (often a data-loader worker), never the wrapper whose pid the attempt has.
+        self.seen_pids: List[int] = []
+        self.pids_sampled = 0.0
+
+    def sample_pids(self, now: float) -> None:
+        if now - self.pids_sampled < PID_SAMPLE_EVERY_S or len(self.seen_pids) >= SEEN_PIDS_MAX:
+            return
+        self.pids_sampled = now
+        for pid in group_pids(self.pid):
+            if pid != self.pid and pid not in self.seen_pids \
+                    and len(self.seen_pids) < SEEN_PIDS_MAX:
+                self.seen_pids.append(pid)
 
     def wrapper_ended(self) -> bool:
         if self.popen is not None:
@@ -642,13 +736,28 @@ class Runner:
             os.close(fd)
 
     # ----- exits and retries
-    def record_exit(self, job_id: str, n: int, status: Dict[str, Any], start: float) -> None:
+    def log_path(self, job_id: str) -> str:
+        return os.path.join(self.qdir, "logs", f"{job_id}.log")
+
+    def record_exit(self, job_id: str, n: int, status: Dict[str, Any], start: float,
+                    seen_pids: Optional[List[int]] = None) -> None:
         job = self.state["jobs"][job_id]
         end = status.get("end") or time.time()
         code, sig = status.get("exit_code"), status.get("signal")
         sync = code == 0 and not sig and self.sync_dest(job) is not None
+        ooms = status.get("oom_kills")
+        error = last_error_in(self.log_path(job_id)) if code != 0 or sig else None
+        note_attempt_end(self.log_path(job_id), n, end_words(code, sig)
+                         + (", OOM-killed in its cgroup" if isinstance(ooms, int) and ooms > 0
+                            else ""), round(end - start, 3))
         self.emit("exited", job=job_id, attempt=n, exit_code=code, signal=sig,
-                  duration=round(end - start, 3), sync=sync)
+                  duration=round(end - start, 3), sync=sync, child_pid=status.get("child_pid"),
+                  pids=list(seen_pids or []), cgroup=status.get("cgroup"), oom_kills=ooms,
+                  checkpoint=newest_of(job), error_line=error)
+        if isinstance(ooms, int) and ooms > 0:
+            # The identical command on the identical box is killed again: no retry.
+            self.log(f"{job_id} attempt {n}: OOM-killed in its cgroup; not retried")
+            return
         if sig:
             self.maybe_retry(job_id, f"died by {sig}", signal_death=True)
         elif code != 0:
@@ -749,13 +858,19 @@ class Runner:
             if not kill_status and act.popen is not None and act.popen.returncode is not None:
                 kill_status = _status_from_returncode(act.popen.returncode)
             del self.active[job_id]
+            note_attempt_end(self.log_path(job_id), act.attempt,
+                             "killed on request (" + end_words(kill_status.get("exit_code"),
+                                                               kill_status.get("signal")) + ")",
+                             round(time.time() - act.start, 3))
             self.emit("killed", req=act.kill_reqs[0], reqs=act.kill_reqs[1:], job=job_id,
                       attempt=act.attempt, sent=act.kill_sent,
                       exit_code=kill_status.get("exit_code"),
                       signal=kill_status.get("signal"),
-                      duration=round(time.time() - act.start, 3))
+                      duration=round(time.time() - act.start, 3),
+                      checkpoint=newest_of(self.state["jobs"][job_id]))
             return
         if not ended:
+            act.sample_pids(time.monotonic())
             return
         del self.active[job_id]
         status = _read_json(act.files.exit)
@@ -768,7 +883,7 @@ class Runner:
                       why="wrapper ended without an exit status")
             self.maybe_retry(job_id, "vanished", signal_death=True)
             return
-        self.record_exit(job_id, act.attempt, status, act.start)
+        self.record_exit(job_id, act.attempt, status, act.start, act.seen_pids)
 
     # ----- spot notices (U45)
     def preempt_notice_seen(self) -> Optional[Dict[str, Any]]:
@@ -958,7 +1073,7 @@ class Runner:
                   gpus=gpus, ckpt_dir=ckpt_dir, code=code, mark=mark)
         self.crash_point("after_launching")
         files = AttemptFiles(self.qdir, job_id, n)
-        log_path = os.path.join(self.qdir, "logs", f"{job_id}.log")
+        log_path = self.log_path(job_id)
         try:
             os.makedirs(ckpt_dir, exist_ok=True)
         except OSError as exc:
@@ -976,7 +1091,7 @@ class Runner:
             shown = "not set" if cuda is None else cuda or "none (GPUs hidden)"
             marker = f"=== gpuroom {job_id} attempt {n} {stamp} cuda={shown} ===\n"
             marker += "".join(f"gpuroom: {line}\n" for line in missing)
-            logf.write(marker.encode())
+            logf.write(_own_line(log_path, marker).encode())
             logf.flush()
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                      stderr=subprocess.STDOUT, env=env, cwd=self.qdir,

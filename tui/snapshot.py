@@ -543,6 +543,21 @@ class CodeFacts(View):
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint(View):
+    """The newest file under a running job's checkpoint dir (liveness by artifact, U43)."""
+
+    path: str | None = key(text)
+    size: float | None = key(number)
+    mtime: float | None = key(number)
+    save_s: float | None = key(number)  # how long its last save took (C), when recorded
+    step: int | None = key(integer)  # as its name says (checkpoint-20, step=5); None: unknown
+    # where it was found: "declared" (--ckpt), "discovered" under the cwd, or "gpuroom's"
+    # ($GPUROOM_CKPT_DIR); "file" or "dir" (HF's checkpoint-N/)
+    source: str | None = key(text)
+    kind: str | None = key(text)
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt(View):
     """One launch of a job (remote/queue_events.py fold; queue_slurm.py for Slurm)."""
 
@@ -556,24 +571,17 @@ class Attempt(View):
     duration: float | None = key(number)
     end_reason: str | None = key(text)
     gpus: tuple[int, ...] | None = key(integers)  # the GPU indices it was pinned to
+    # ``pid`` is the ``queue _exec`` wrapper; the kernel kills the training process under it.
+    child_pid: int | None = key(integer)
+    pids: tuple[int, ...] | None = key(integers)  # the job's processes the runner saw
+    cgroup: str | None = key(text)  # the job's own memory cgroup, read at launch
+    oom_kills: int | None = key(integer)  # that cgroup's oom_kill rise while the attempt ran
+    error_line: str | None = key(text)  # the log's last error line when a failed attempt ended
+    # The newest checkpoint when the attempt ended: what the next attempt should resume from.
+    checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
     code: CodeFacts | None = nested(CodeFacts, "maybe", origin="code")  # what it launched
     submitted: float | None = key(number, origin="slurm")  # Slurm: when sbatch accepted it
     runs: tuple[SlurmRun, ...] = nested(SlurmRun, "many", origin="slurm")
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint(View):
-    """The newest file under a running job's checkpoint dir (liveness by artifact, U43)."""
-
-    path: str | None = key(text)
-    size: float | None = key(number)
-    mtime: float | None = key(number)
-    save_s: float | None = key(number)  # how long its last save took (C), when recorded
-    step: int | None = key(integer)  # as its name says (checkpoint-20, step=5); None: unknown
-    # where it was found: "declared" (--ckpt), "discovered" under the cwd, or "gpuroom's"
-    # ($GPUROOM_CKPT_DIR); "file" or "dir" (HF's checkpoint-N/)
-    source: str | None = key(text)
-    kind: str | None = key(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,6 +167,8 @@ async def test_ctrl_p_palette_offers_every_action() -> None:
         await pilot.pause(0.3)
         await pilot.press("enter")
         await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
         await settle(app)
     assert ("relaunch", "h100-a", "j3") in app.fleet.calls  # type: ignore[attr-defined]
 
@@ -237,10 +239,42 @@ async def test_R_relaunches_selected_job() -> None:
         ids = [j.id for j in queue.jobs]
         queue.move_cursor(row=ids.index("j5"))
         await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.splitlines()[-1] == (
+            "no checkpoint seen: it starts from scratch unless the program finds one of its own")
+        assert fleet.calls == []  # nothing reaches the box before "y"
+        await pilot.press("y")
         await settle(app)
         await pilot.pause()
         assert fleet.calls == [("relaunch", "h100-a", "j5")]
         assert queue_states(app)["j5"] == ("failed", "relaunch")
+
+
+async def test_R_asks_naming_the_checkpoint_the_job_will_resume_from() -> None:
+    """The failed recording's j5, as if its last attempt had recorded its newest checkpoint
+    (remote/queue_runner.py does at every attempt's end)."""
+    data = json.loads((DATA / "scenario-failed.json").read_text())
+    snap = data["hosts"][0]["snapshot"]
+    (j5,) = [j for q in snap["queue"]["queues"].values() for j in q["jobs"] if j["id"] == "j5"]
+    j5["attempts"][-1]["checkpoint"] = {
+        "path": "/root/ckpt/default/j5/ckpt-000000002800.pt", "size": 1 << 20,
+        "mtime": snap["host"]["time"] - 180}
+    static = StaticFleet.from_scenario(data)
+    fleet = RecordingFleet(static.hosts())
+    app = GpuroomApp(fleet, clock=lambda: float(data["now"]))
+    async with app.run_test(size=(120, 40)) as pilot:
+        queue = app.query_one(QueueTable)
+        queue.move_cursor(row=[j.id for j in queue.jobs].index("j5"))
+        await pilot.press("R")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.splitlines()[-1] == (
+            "resumes from: /root/ckpt/default/j5/ckpt-000000002800.pt (step 2800, 3m old), "
+            "if the program loads it on start")
+        await pilot.press("n")
+        await pilot.pause()
+    assert fleet.calls == []
 
 
 async def test_a_adds_a_job_split_with_shlex() -> None:

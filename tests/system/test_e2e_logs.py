@@ -134,10 +134,12 @@ def test_an_ended_job_shows_its_tail_at_once_and_older_bytes_on_scroll_back(
     pane.send_keys("q")
     assert pane.wait_exit(STEP_S) == 0
 
-    # `queue logs -n N`: the last N lines, exactly.
+    # `queue logs -n N`: the last N lines, exactly; the last is how the attempt ended.
     done = _cli_logs(room_config, tmp_path, failed, "-n", "3")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == b"".join(b"done-%d\n" % i for i in range(LINES - 3, LINES))
+    *tail, end = done.stdout.splitlines(keepends=True)
+    assert tail == [b"done-%d\n" % i for i in range(LINES - 2, LINES)]
+    assert end.startswith(b"=== gpuroom: attempt 1 ended: exit 3 after ")
 
 
 def test_follow_keeps_the_last_line_in_view_until_the_user_scrolls_up(

@@ -282,6 +282,9 @@ def test_add_kill_relaunch_in_tmux(start_room: Any, room_config: Path) -> None:
     assert shown == {first_pid}, f"only attempt 1 has run so far: {shown}"
 
     pane.send_keys("R")
+    pane.wait_until(lambda s: ("Relaunch (y)" in s and "resumes from" in s) or
+                    ("Relaunch (y)" in s and "no checkpoint seen" in s), STEP_S, "R's confirm")
+    pane.send_keys("y")
     screen = pane.wait_until(running(2), STEP_S, f"{job_id} running, try 2")
     screen = pane.wait_until(
         lambda s: any(pid != first_pid for pid, _ in _ticks(s)), STEP_S,

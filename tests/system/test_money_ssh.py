@@ -580,3 +580,27 @@ def test_a_clean_training_log_is_no_log_finding(
     running(config, job)
     found = {f["id"] for f in doctor(config, capsys)["findings"]}
     assert not found & {"U10", "U28", "U35", "U26"}, found
+
+
+# --------------------------------------------------------------------------- U43 at poll rate
+
+def test_u43_a_silent_log_beside_new_checkpoints_at_the_rooms_poll_rate(
+        money_box: Make, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job whose progress never reaches its log (a terminal-only progress bar) while it
+    writes checkpoints: the room's polls 1 s apart see U43. The log's silence is its own age:
+    its mtime is set back past the threshold instead of waiting two minutes."""
+    config = money_box()
+    saves = ("echo up; i=0; while :; do i=$((i+1)); "
+             "printf x > \"$GPUROOM_CKPT_DIR/ckpt-$(printf %012d $i).pt\"; sleep 0.3; done")
+    job: str = queue(config, capsys, "add", "box", "--", "sh", "-c", saves)["job"]
+    running(config, job)
+    watch, _ = asyncio.run(watch_polls(config, 2, 1.0))
+    assert [f for f in watch.findings("box") if f.id == "U43"] == []  # its log just moved
+    log = _work(config).parent / "home" / "queues" / "default" / "logs" / f"{job}.log"
+    quiet_since = time.time() - 300
+    os.utime(log, (quiet_since, quiet_since))
+    watch, _ = asyncio.run(watch_polls(config, 2, 1.0))
+    (u43,) = [f for f in watch.findings("box") if f.id == "U43"]
+    assert f"job default/{job}" in u43.title and "checkpoint advancing" in u43.title
+    assert "log unchanged for 5 min" in u43.seen and "checkpoint was written" in u43.seen
+    queue(config, capsys, "kill", "box", job)

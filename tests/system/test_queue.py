@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,7 +102,9 @@ def test_runner_kill9_mid_job_leaves_an_exact_record(box: Box, finish_while_dead
     assert len(final["attempts"]) == 1 and final["attempts"][0]["exit_code"] == 0
     assert (box.work / "runs.txt").read_text() == "ran\n"
     log = (box.qdir / "logs" / f"{job}.log").read_bytes()
-    assert log.count(b"=== gpuroom") == 1 and log.endswith(b"done\n")
+    # One attempt started and one ended, each said once on its own line.
+    assert log.count(f"=== gpuroom {job} attempt ".encode()) == 1
+    assert re.search(rb"\ndone\n=== gpuroom: attempt 1 ended: exit 0 after [\d.]+ s ===\n$", log)
 
 
 @pytest.mark.attack("faults", "runner death inside a launch runs the job exactly once")

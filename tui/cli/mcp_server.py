@@ -37,7 +37,8 @@ from gpuroom.tui.fleet.live import Fleet, watched_mounts
 from gpuroom.tui.fleet.outputs import PullRecords, check_gate, pull_jobs, pull_root, result_lines
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.format import fmt_age, fmt_money
-from gpuroom.tui.present.jobdetail import checkpoint_step, detail_lines
+from gpuroom.tui.present.jobdetail import detail_lines
+from gpuroom.tui.present.resume import checkpoint_step
 from gpuroom.tui.present.slurm import queue_backend
 from gpuroom.tui.rules.doctor import Finding
 from gpuroom.tui.rules.plausible import plausible_uptime
@@ -244,7 +245,9 @@ def inert(text: object) -> str:
 
 def job_row(job: Job) -> JobRow:
     last = job.last_attempt
-    step = checkpoint_step(job.checkpoint.path) if job.checkpoint is not None else None
+    ckpt = job.checkpoint
+    step = (ckpt.step if ckpt.step is not None else checkpoint_step(ckpt.path)) \
+        if ckpt is not None else None
     return JobRow(id=inert(job.id), state=inert(job.state), attempts=len(job.attempts),
                   exit_code=last.exit_code if last is not None else None, checkpoint_step=step,
                   box_data=JobBoxData(name=inert(job.name) if job.name else None,

@@ -6,23 +6,10 @@ sanitize_line (fmt_text).
 
 from __future__ import annotations
 
-import os
-import re
-
 from gpuroom.tui.present.detail import Rows
 from gpuroom.tui.present.format import fmt_age, fmt_bytes, fmt_text, fmt_utc
+from gpuroom.tui.present.resume import checkpoint_step
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Job
-
-_STEP_RE = re.compile(r"(\d+)")
-
-
-def checkpoint_step(path: str | None) -> int | None:
-    """The step a checkpoint's file name says (``step_1200.pt`` -> 1200; the last number in
-    the name), None when the name holds no number."""
-    if not path:
-        return None
-    found = _STEP_RE.findall(os.path.basename(path))
-    return int(found[-1]) if found else None
 
 
 def _span(a: Attempt) -> str:

@@ -18,6 +18,7 @@ from gpuroom.remote.queue_events import (
 from gpuroom.tui.model import HostState, PendingAction
 from gpuroom.tui.present.format import fmt_age, fmt_text
 from gpuroom.tui.present.levels import Level
+from gpuroom.tui.present.resume import newest_checkpoint
 from gpuroom.tui.present.slurm import slurm_summary, task_summary
 from gpuroom.tui.snapshot import Job, RawSnapshot, Snapshot, read_snapshot
 
@@ -139,7 +140,9 @@ def job_rows(host: HostState, now: float) -> list[JobRow]:
         last = j.last_attempt
         started = last.start if last is not None else None
         ended = last.end if last is not None else None
-        ckpt = j.checkpoint.mtime if j.checkpoint is not None else None
+        # An ended job's newest checkpoint is the one its runner recorded at the end.
+        newest = newest_checkpoint(j)
+        ckpt = newest.mtime if newest is not None else None
         home = host.mirrored.get(j.id)
         home_at = None if home is None else (
             t - home.box_mtime if home.box_mtime is not None else now - home.home_at)

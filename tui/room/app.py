@@ -49,6 +49,7 @@ from gpuroom.tui.present.jobs import (
     job_rows,
 )
 from gpuroom.tui.present.log import chunk_of, last_error_line, log_chunk, log_key
+from gpuroom.tui.present.resume import resume_text
 from gpuroom.tui.present.text import box_text
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.room.detail_screen import DetailScreen
@@ -700,9 +701,20 @@ class GpuroomApp(MoveKey):
         if self._recorded("relaunch a job"):
             return
         picked = self._selected_job("relaunch")
-        if picked is not None:
-            h, job = picked
-            self._send_relaunch(h.name, job.id, job.attempt)
+        if picked is None:
+            return
+        h, job = picked
+        label = f"{job.id} ({job.name})" if job.name else job.id
+        seen = h.view.job(job.id) if h.view is not None else None
+        box_now = h.view.host.time if h.view is not None else None
+        question = (f"Relaunch job {label} on {h.name}?\n{job.command}\n"
+                    f"{resume_text(seen, box_now)}")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._send_relaunch(h.name, job.id, job.attempt)
+
+        self.push_screen(ConfirmScreen(question, yes="Relaunch"), answered)
 
     def action_add_job(self) -> None:
         if self._recorded("add a job"):

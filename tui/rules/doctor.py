@@ -44,6 +44,7 @@ from gpuroom.tui.rules.money import (
 )
 from gpuroom.tui.rules.moves import held_findings, move_findings
 from gpuroom.tui.rules.plausible import clock_findings
+from gpuroom.tui.rules.resume import restart_findings
 from gpuroom.tui.rules.stall import job_gpus, stall_findings
 from gpuroom.tui.rules.survival import ckpt_survival_findings, preempt_findings
 from gpuroom.tui.snapshot import Attempt, Checkpoint, Disk, Gpu, Job, Kernel, SlurmRun, Snapshot
@@ -62,6 +63,7 @@ THROTTLE_REASONS = frozenset({"sw_power_cap", "hw_slowdown", "sw_thermal_slowdow
 IDLE_UTIL_PCT = 5.0
 # U43: a log quiet for less than this is just between prints, not "frozen".
 LOG_SILENT_S = 120.0
+BUSY_CPU_FRACTION = 0.1  # of one core over the poll window: a job working, not waiting
 MIB = 1 << 20  # NVML and the queue count GPU memory in MiB
 # U7 / U6 thresholds.
 INODE_WARN_PCT = 90.0
@@ -115,8 +117,10 @@ FIX = {
             "own card with CUDA_VISIBLE_DEVICES",
     "U40": "cap the thread pools to the slice: export OMP_NUM_THREADS=N MKL_NUM_THREADS=N "
            "with N the cgroup's vCPUs, in the launch wrapper",
-    "U43": "stdout is block-buffered off a TTY: run python -u / PYTHONUNBUFFERED=1 and judge "
-           "liveness by artifacts, not log cadence",
+    "U43": "stdout is block-buffered off a TTY (the queue sets PYTHONUNBUFFERED=1 for python; "
+           "other programs: stdbuf -oL CMD) and a progress bar drawn only on a terminal (rich, "
+           "tqdm) never reaches the log: print or log a line every N steps, and judge liveness "
+           "by checkpoints, not log cadence",
     "U10": "check free VRAM before launch; size the batch to fit beside the running job; "
            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
     "SLURM1": "the warning handler only sets a flag; the job checkpoints at a safe point (end "
@@ -267,9 +271,9 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
             # evidence there is: no OOM or signal guess may replace it.
             out.append(_killed_finding(host, old.id, label, ended))
             continue
-        old_a = _attempt(old)
-        pid = old_a.pid if old_a is not None else None
-        oom_lines = [e for e in events if e.kind == "oom" and pid is not None and e.pid == pid]
+        job_pids = _job_pids(_attempt(old), ended)
+        oom_lines = [e for e in events if e.kind == "oom" and e.pid in job_pids]
+        own_oom = ended.oom_kills if ended is not None else None
         if rebooted or (ended is not None and ended.end_reason == "orphaned_by_reboot"):
             explained_reboot = True
             uptime = snap.host.uptime_s
@@ -278,6 +282,12 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
                 f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"
                 + (f", uptime {fmt_duration(uptime)}" if uptime is not None and uptime >= 0
                    else "")))
+        elif ended is not None and own_oom is not None and own_oom > 0:
+            out.append(_finding(
+                "U9", "critical", host, f"{label} died: OOM-kill in its own cgroup",
+                f"memory.events oom_kill +{own_oom} while it ran"
+                f" ({ended.cgroup or 'its cgroup'})"
+                + (f", {ended.signal}" if ended.signal else "")))
         elif cgroup_oom:
             out.append(_finding(
                 "U9", "critical", host, f"{label} died: cgroup OOM-kill",
@@ -287,8 +297,8 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
             e = oom_lines[0]
             where = "memory cgroup" if e.memcg else "kernel"
             out.append(_finding(
-                "U9", "critical", host, f"{label} died: {where} OOM-killed pid {pid}",
-                e.line or f"Killed process {pid} ({e.process})"))
+                "U9", "critical", host, f"{label} died: {where} OOM-killed pid {e.pid}",
+                e.line or f"Killed process {e.pid} ({e.process})"))
         elif dead_gpu:
             e = dead_gpu[0]
             what = f"Xid {e.code}" if e.kind == "xid" else "GPU fell off the bus"
@@ -302,6 +312,18 @@ def vanished_findings(host: str, prev: Snapshot | None, snap: Snapshot,
             "GEN6", "info", host, "the box rebooted (no job was running)",
             f"boot_id {str(old_boot)[:8]} -> {str(new_boot)[:8]}"))
     return out
+
+
+def _job_pids(running: Attempt | None, ended: Attempt | None) -> set[int]:
+    """The processes an attempt was: the wrapper, the training process under it and the
+    group's processes the runner saw (a data-loader worker the kernel may pick)."""
+    pids: set[int] = set()
+    for a in (running, ended):
+        if a is None:
+            continue
+        pids.update(p for p in (a.pid, a.child_pid) if p is not None)
+        pids.update(a.pids or ())
+    return pids
 
 
 def _killed_finding(host: str, job: str, label: str, ended: Attempt) -> Finding:
@@ -344,14 +366,21 @@ def _ended_finding(host: str, label: str, new: Job | None, ended: Attempt | None
                         f"Slurm job {new.slurm_id} CANCELLED")
     if reason == "killed" and ended is not None:
         return _killed_finding(host, new.id, label, ended)
+    # The job's state, not what this room happened to see, sets the level: a failed job is
+    # critical here as in the banner of a room started after it ended; one the queue is
+    # retrying is a warning.
+    level: Severity = "critical" if new.state == "failed" else "warn"
+    error = ended.error_line if ended is not None else None
+    quoted = f"; the log's last error: {error}" if error else ""
     if signal:
-        return _finding("U3", "warn", host, f"{label} ended by signal {signal}",
+        return _finding("U3", level, host, f"{label} ended by signal {signal}",
                         f"{not_seen}: a manual kill (pkill matching more than intended) or an "
-                        "SSH HUP")
+                        f"SSH HUP{quoted}")
     if reason == "vanished":
-        return _finding("U3", "warn", host, f"{label} vanished",
+        return _finding("U3", level, host, f"{label} vanished",
                         f"the wrapper died without recording an exit ({new.reason})")
-    return _finding("U3", "warn", host, f"{label} exited with code {code}",
+    return _finding("U3", level, host, f"{label} exited with code {code}",
+                    f"{not_seen}{quoted}" if error else
                     f"{not_seen}: read the log tail for the error")
 
 
@@ -587,11 +616,15 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot,
                     + ("log grew " + fmt_bytes((size_new or 0) - (size_old or 0))
                        if log_grew else "checkpoint advanced")
                     + ": CPU-data-bound, not stalled"))
-            if log_flat and ckpt_moved and window is not None and window >= LOG_SILENT_S:
+            if _log_mtime(job) is None and log_flat and ckpt_moved and window is not None \
+                    and window >= LOG_SILENT_S:
+                # An older helper sends no log mtime: the only clock is the poll gap.
                 out.append(_finding(
                     "U43", "info", host, f"{label}: log silent but checkpoint advancing",
                     f"no new log bytes for {fmt_duration(window)} while the checkpoint mtime moved "
                     f"{fmt_duration((m_new or 0) - (m_old or 0))}: buffered, not hung"))
+        if state == "running":
+            out.extend(_silent_log(host, label, job, old, now=t_now, window=window))
         # Nor is the login node's cgroup a Slurm job's CPU slice (SLURM3 is that story).
         if state in ACTIVE_STATES and vcpus is not None and cpu_count is not None \
                 and vcpus < cpu_count and not job.is_slurm:
@@ -607,6 +640,37 @@ def job_findings(host: str, prev: Snapshot | None, snap: Snapshot,
         if state == "queued":
             out.extend(_vram_short(host, label, job, snap))
     return out
+
+
+def _log_mtime(job: Job) -> float | None:
+    return job.log_chunk.mtime if job.log_chunk is not None else None
+
+
+def _silent_log(host: str, label: str, job: Job, old: Job | None, *, now: float | None,
+                window: float | None) -> list[Finding]:
+    """U43 by the log's own age (its mtime, the box's clock), not by the gap between two polls
+    (the room's previous snapshot is seconds old): a log unchanged past LOG_SILENT_S while a
+    checkpoint was written after it, or while the job's processes use CPU, is output that does
+    not reach the file (a progress UI drawn only on a terminal), not a hang."""
+    log_m = _log_mtime(job)
+    if log_m is None or now is None or now - log_m < LOG_SILENT_S:
+        return []
+    silent = f"log unchanged for {fmt_duration(now - log_m)} (its mtime)"
+    ckpt = _mtime(job.checkpoint)
+    # The probe reads the clock before it stats the checkpoint: one written meanwhile is
+    # "newer" than the snapshot by a fraction of a second.
+    if ckpt is not None and ckpt > log_m:
+        return [_finding("U43", "info", host, f"{label}: log silent but checkpoint advancing",
+                         f"{silent} while a checkpoint was written "
+                         f"{fmt_duration(max(0.0, now - ckpt))} ago: its output does not reach "
+                         "the log, it is not hung")]
+    cpu_old = old.cpu_s if old is not None and _attempt_no(old) == _attempt_no(job) else None
+    if cpu_old is not None and job.cpu_s is not None and window \
+            and job.cpu_s - cpu_old >= BUSY_CPU_FRACTION * window:
+        return [_finding("U43", "info", host, f"{label}: log silent but the job is busy",
+                         f"{silent} while its processes used {job.cpu_s - cpu_old:.1f} CPU-s "
+                         f"in {fmt_duration(window)}: its output does not reach the log")]
+    return []
 
 
 def _mtime(c: Checkpoint | None) -> float | None:
@@ -819,6 +883,7 @@ def diagnose(prev: Snapshot | None, snap: Snapshot | None, link: LinkState,
     out += reboot_findings(host, snap, profile)
     out += log_findings(host, snap)
     out += cadence_findings(host, snap, profile, mtbf_s)
+    out += restart_findings(host, snap)
     out += job_findings(host, prev, snap, cpu_training_after_s)
     out += disk_findings(host, snap, profile)
     out += missing_mount_findings(host, snap, profile)

@@ -66,11 +66,14 @@ def a10_throttled() -> dict[str, Any]:
     return copy.deepcopy(_lines("throttle")[0]["snapshot"]["gpus"][0])
 
 
-def oom_event(pid: int = 184256) -> dict[str, Any]:
+OOM_CAPTURED_PID = 184256  # the pid fixtures/dmesg_oom/mini-container-constraint-memcg.txt kills
+
+
+def oom_event() -> dict[str, Any]:
     """The kernel parser's event for fixtures/dmesg_oom/mini-container-constraint-memcg.txt,
-    naming ``pid`` instead of the capture's 184256."""
+    as captured: an attempt is built around its pid, never the other way round."""
     (event,) = parse_kernel_log(capture("dmesg_oom/mini-container-constraint-memcg.txt"))
-    return vary(event, pid=pid)
+    return event
 
 
 def inode_full_disk() -> dict[str, Any]:
@@ -80,7 +83,7 @@ def inode_full_disk() -> dict[str, Any]:
 
 def job(job_id: str = "j1", state: str = "running", *, start: float | None = None,
         log_size: int | None = None, ckpt: dict[str, Any] | None = None,
-        **extra: Any) -> dict[str, Any]:
+        log_mtime: float | None = None, **extra: Any) -> dict[str, Any]:
     """The recordings' train job as the queue reported it while running. ``extra`` may set
     any key a real job carries, Slurm's included (tests/data/slurm/session.jsonl)."""
     j = copy.deepcopy(_jobs(_TRAINING)[0])
@@ -89,6 +92,9 @@ def job(job_id: str = "j1", state: str = "running", *, start: float | None = Non
         vary(j["attempts"][-1], start=start)
     if log_size is not None:
         vary(j["log_chunk"], size=log_size, next_offset=log_size)
+    if log_mtime is not None:
+        # The helper sends the log's mtime since the recordings were made (its own clock).
+        j["log_chunk"]["mtime"] = log_mtime
     if ckpt is not None:
         missing = set(ckpt) - set(j["checkpoint"])
         if missing:
@@ -104,11 +110,21 @@ def job(job_id: str = "j1", state: str = "running", *, start: float | None = Non
     return j
 
 
+# What the runner records of an attempt's end since the recordings were made: the training
+# process under the ``queue _exec`` wrapper, the group's pids it saw, the job's own memory
+# cgroup, how many OOM kills that cgroup counted while the attempt ran, and the log's last
+# error line.
+ATTEMPT_END_KEYS = ("child_pid", "pids", "cgroup", "oom_kills", "error_line")
+
+
 def ended(j: dict[str, Any], state: str, t: float, **attempt: Any) -> dict[str, Any]:
     """``j`` after its attempt ended at ``t`` (the helper then sends no log or checkpoint)."""
     j = copy.deepcopy(j)
     j["state"] = state
-    vary(j["attempts"][-1], end=t, **attempt)
+    last = j["attempts"][-1]
+    for key in ATTEMPT_END_KEYS:
+        last.setdefault(key, None)
+    vary(last, end=t, **attempt)
     j.pop("log_chunk", None)
     j.pop("checkpoint", None)
     return j

@@ -85,7 +85,7 @@ def test_a_requested_kill_outranks_an_oom_counter_that_rose_in_the_same_window()
 def test_a_signal_nobody_asked_for_still_points_at_a_stray_pkill() -> None:
     prev, snap = _ended("failed", signal="SIGTERM", end_reason="exited")
     (f,) = _diagnose(prev, snap)
-    assert (f.id, f.severity) == ("U3", "warn")
+    assert (f.id, f.severity) == ("U3", "critical")  # failed: as the banner says it
     assert "pkill" in f.seen and "killed on request" not in f.title
 
 

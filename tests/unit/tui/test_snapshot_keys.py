@@ -171,6 +171,14 @@ ELSEWHERE = {
     *required("leftover"),
     # The queue's identity: the recordings predate it; test_queue_identity_ssh.py polls one.
     "queue.queues{}.id",
+    # How a local attempt ended, as its runner saw it: tests/system/test_queue_oom.py.
+    "queue.queues{}.jobs[].attempts[].child_pid", "queue.queues{}.jobs[].attempts[].pids",
+    "queue.queues{}.jobs[].attempts[].cgroup", "queue.queues{}.jobs[].attempts[].oom_kills",
+    "queue.queues{}.jobs[].attempts[].error_line",  # tests/system/test_queue_log_lines.py
+    # An ended attempt's newest checkpoint: tests/system/test_resume_ssh.py.
+    "queue.queues{}.jobs[].attempts[].checkpoint",
+    *(f"queue.queues{{}}.jobs[].attempts[].checkpoint.{k}" for k in
+      ("path", "size", "mtime", "save_s")),
 }
 
 

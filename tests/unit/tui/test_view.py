@@ -373,3 +373,22 @@ def test_an_add_the_box_has_not_answered_shows_its_label_and_stays_pending() -> 
     row = job_rows(h, NOW)[-1]
     assert (row.id, row.name, row.state, row.pending) == ("?", "python sweep.py", "sent", "add")
     assert still_pending(sent, h.snapshot)
+
+
+def test_a_killed_job_shows_the_checkpoint_its_runner_recorded() -> None:
+    """The helper sends no checkpoint for an ended job; the runner recorded the newest one
+    with the attempt's end, and the ckpt cell shows its age instead of "-"."""
+    t = float(PROBE["host"]["time"])
+    ckpt = {"path": "/r/ckpt/default/j5/ckpt-000000000400.pt", "size": 9, "mtime": t - 600}
+    attempts = [{"attempt": 1, "start": t - 4000, "end": t - 3000, "signal": "SIGKILL"},
+                {"attempt": 2, "start": t - 900, "end": t - 300, "signal": "SIGTERM",
+                 "end_reason": "killed", "checkpoint": ckpt}]
+    job = {"id": "j5", "name": "ft", "state": "killed", "attempts": attempts}
+    (row,) = job_rows(up({"host": PROBE["host"],
+                          "queue": {"queues": {"default": {"jobs": [job]}}}}), NOW)
+    assert row.ckpt_age_s == pytest.approx(630.0) and row.ckpt_text == "10m"  # box now: +30 s
+    assert row.runtime_s == pytest.approx(600.0)  # the last attempt's
+    bare = {**job, "attempts": [dict(attempts[1], checkpoint=None)]}
+    (none,) = job_rows(up({"host": PROBE["host"],
+                           "queue": {"queues": {"default": {"jobs": [bare]}}}}), NOW)
+    assert none.ckpt_text == "-"
