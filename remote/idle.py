@@ -13,6 +13,7 @@ with no process listed (a container that cannot see the processes).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -29,7 +30,7 @@ def _number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
-    return value if value == value and abs(value) != float("inf") else None
+    return value if math.isfinite(value) else None
 
 
 def _dicts(value: Any) -> List[Dict[str, Any]]:
@@ -99,8 +100,8 @@ def derive(session: Any, doc: Dict[str, Any], now: Optional[float] = None) -> Di
     if reason is not None:
         session.state[BUSY_KEY] = now
         return {"idle": {"idle_since": None, "now": now, "busy": reason, "basis": None}}
-    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
-    uptime = _number(host.get("uptime_s"))
+    host = doc.get("host")
+    uptime = _number(host.get("uptime_s")) if isinstance(host, dict) else None
     candidates = {
         "boot": now - uptime if uptime is not None and uptime >= 0 else None,
         "job_end": _newest_end(doc),
