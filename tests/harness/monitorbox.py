@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from paths import ROOT
 
 from gpuroom.tui.config import load
 from gpuroom.tui.fleet.live import Fleet
@@ -26,6 +30,7 @@ IDLE_GPUS = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
 FOREIGN_GPUS = ("query_gpu/2x-rtx3090-driver515-csv-header.txt",
                 "nvsmi_table/driver535-8xH100-with-processes.txt")
 WAIT_S = 60.0
+FAKE_DMESG = ROOT / "tests" / "fakes" / "dmesg"
 
 
 @contextmanager
@@ -34,9 +39,15 @@ def queue_box(sshd_box: Any, fixtures: Path, tmp_path: Path, *,
               settings: dict[str, Any] | None = None) -> Iterator[Path]:
     """hosts.toml (0600) for host ``box``: the test user with its own GPUROOM_HOME."""
     name = "gpuroom-monitor-test"
-    home = sshd_box.home / name / "home"
-    with gpu_python(sshd_box, fixtures, name, captures,
-                    extra_env={"GPUROOM_HOME": str(home)}) as python:
+    root = sshd_box.home / name
+    # The kernel log replayed empty (tests/fakes/dmesg), as a box whose dmesg reads: a box
+    # that may not read it is a warning of its own (U44), not what these tests are about.
+    env = {"GPUROOM_HOME": str(root / "home"), "GPUROOM_DMESG": str(root / "dmesg"),
+           "GPUROOM_FAKE_DMESG_CAPTURE": "/dev/null"}
+    with gpu_python(sshd_box, fixtures, name, captures, extra_env=env) as python:
+        user = pwd.getpwnam(sshd_box.user)
+        shutil.copy(FAKE_DMESG, root / "dmesg")
+        os.chown(root / "dmesg", user.pw_uid, user.pw_gid)
         path = tmp_path / "hosts.toml"
         path.write_bytes(tomli_w.dumps({
             "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5,

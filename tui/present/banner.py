@@ -21,6 +21,8 @@ class Danger:
     level: Level
     host: str
     text: str
+    job: str = ""  # a failed job's id ("" for a doctor or clock line)
+    attempt: int | None = None  # the attempt that failed (an acknowledgement names it)
 
 
 def failed_job_dangers(hosts: Iterable[HostState], now: float,
@@ -39,7 +41,7 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
             code = (f" exit {j.exit_code}" if j.exit_code is not None
                     else f" by {j.signal}" if j.signal else "")
             out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
-                                              f"{j.state}{code}"))
+                                              f"{j.state}{code}", j.id, j.attempt))
     return out
 
 

@@ -106,6 +106,15 @@ class FleetWatch:
         while len(mem.sticky) > MAX_STICKY_PER_HOST:
             del mem.sticky[min(mem.sticky, key=lambda k: mem.sticky[k][1])]
 
+    def remember(self, host: str, findings: Iterable[Finding], now: float) -> None:
+        """Findings read apart from a poll (an ended job's log tail): kept like a
+        transition's, until cleared or STICKY_S old."""
+        mem = self._mem.setdefault(host, _HostMemory())
+        for f in findings:
+            mem.sticky[(f.id, f.title)] = (f, now)
+        while len(mem.sticky) > MAX_STICKY_PER_HOST:
+            del mem.sticky[min(mem.sticky, key=lambda k: mem.sticky[k][1])]
+
     def findings(self, host: str | None = None) -> list[Finding]:
         """Current findings plus remembered transitions, worst first (one host or all)."""
         out: list[Finding] = []
