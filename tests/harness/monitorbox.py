@@ -36,7 +36,8 @@ FAKE_DMESG = ROOT / "tests" / "fakes" / "dmesg"
 @contextmanager
 def queue_box(sshd_box: Any, fixtures: Path, tmp_path: Path, *,
               captures: Sequence[str] = IDLE_GPUS, price_per_hour: float = 2.5,
-              settings: dict[str, Any] | None = None) -> Iterator[Path]:
+              settings: dict[str, Any] | None = None,
+              host: dict[str, Any] | None = None) -> Iterator[Path]:
     """hosts.toml (0600) for host ``box``: the test user with its own GPUROOM_HOME."""
     name = "gpuroom-monitor-test"
     root = sshd_box.home / name
@@ -53,7 +54,7 @@ def queue_box(sshd_box: Any, fixtures: Path, tmp_path: Path, *,
             "settings": {"ssh_config": str(sshd_box.ssh_config), "poll_interval_s": 0.5,
                          **(settings or {})},
             "hosts": {"box": {"ssh": sshd_box.alias, "python": str(python),
-                              "price_per_hour": price_per_hour}}}).encode())
+                              "price_per_hour": price_per_hour, **(host or {})}}}).encode())
         path.chmod(0o600)
         try:
             yield path

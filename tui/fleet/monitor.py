@@ -1,7 +1,8 @@
 """The one monitor pipeline of the room, `gpuroom export`, `gpuroom watch` and `gpuroom
 doctor`: each poll outcome goes to the doctor and the clocks (tui/rules/watch.py), an ended
 job's log tail is read once for the log rules, acknowledged deaths are left out
-(tui/fleet/acks.py), and the critical items of the moment that are new, changed or due
+(tui/fleet/acks.py), when each host went down is remembered (tui/fleet/downs.py, a stopped
+box's release countdown), and the critical items of the moment that are new, changed or due
 again (tui/rules/alerts.py) ring the bell, run ``notify_command`` and POST to ``notify_url``.
 
 The callers only say how a line reaches their user: the room as a toast, the verbs on
@@ -20,6 +21,7 @@ from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.acks import AckError, Acks
 from gpuroom.tui.fleet.api import FleetAPI
+from gpuroom.tui.fleet.downs import HostDowns
 from gpuroom.tui.model import HostState, LinkState
 from gpuroom.tui.present.banner import Danger, failed_job_dangers
 from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
@@ -71,7 +73,8 @@ class Monitor:
                  say: Callable[[Alert], None] | None = None,
                  warn: Callable[[str], None] | None = None,
                  run_command: CommandRunner | None = None,
-                 deliver: Callable[[Alert], object] | None = None) -> None:
+                 deliver: Callable[[Alert], object] | None = None,
+                 downs: HostDowns | None = None) -> None:
         """``tails`` reads an ended job's log tail (None: the log rules see only what the
         polls ship); ``bell`` rings once per batch of new items; ``say`` is told each new
         item; ``warn`` each failure to deliver one (a channel's own error, with its fix);
@@ -82,6 +85,7 @@ class Monitor:
         self.watch = FleetWatch(renotify_s)
         self.clock = clock
         self.acks = acks if acks is not None else Acks()
+        self.downs = downs if downs is not None else HostDowns()
         self._notifier = UrlNotifier(notify_url) if notify_url else None
         self._command = list(notify_command) if notify_command and run_command else None
         self._runner = run_command
@@ -104,6 +108,7 @@ class Monitor:
         if h is None:
             return
         self.watch.observe(h, self.clock())
+        self.downs.observe(h)
         if self._tails is not None and h.state is LinkState.UP and h.view is not None:
             for job in self._tails_wanted(h):
                 self._spawn(self._read_tail(h.name, job))
@@ -154,7 +159,7 @@ class Monitor:
                now: float | None = None) -> list[ClockItem]:
         hosts = self.fleet.hosts() if hosts is None else hosts
         return self.watch.clocks(hosts, self.clock() if now is None else now,
-                                 self.fleet.pull_records())
+                                 self.fleet.pull_records(), self.downs.all_down())
 
     def failed(self, findings: Iterable[Finding], now: float | None = None) -> list[Danger]:
         """The failed jobs no finding explains, less the acknowledged ones."""

@@ -35,6 +35,9 @@ IDLE_CRIT_S = 2 * 3600.0
 # A timer ending sooner than these escalates.
 TIMER_WARN_S = 2 * 3600.0
 TIMER_CRIT_S = 30 * 60.0
+# A stopped box's release (days away): warn two days before, critical in the last half day.
+RELEASE_WARN_S = 2 * 86400.0
+RELEASE_CRIT_S = 12 * 3600.0
 WALLTIME_WARN_S = 3600.0
 WALLTIME_CRIT_S = 10 * 60.0
 # A GCP preemptible VM's hard cap, counted from its boot (U45).
@@ -243,10 +246,21 @@ def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
                 price_per_hour: float | None = None, rented_at: float | None = None,
                 tracker: IdleTracker | None = None,
-                records: Sequence[Record] = (), spot: str | None = None) -> list[ClockItem]:
-    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from.
-    ``records`` are the pull records (pulls.json), read by the caller; ``spot`` is hosts.toml's
-    (a GCP preemptible VM is stopped 24 h after its start, idle or not)."""
+                records: Sequence[Record] = (), spot: str | None = None,
+                down_since: float | None = None) -> list[ClockItem]:
+    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from
+    but a stopped box's release. ``records`` are the pull records (pulls.json), read by the
+    caller; ``spot`` is hosts.toml's (a GCP preemptible VM is stopped 24 h after its start,
+    idle or not); ``down_since`` is when the host went DOWN after being UP (tui/fleet/downs.py),
+    from which a profile's release after a stop counts down."""
+    if down_since is not None:
+        released = [_released_item(host, c, now - down_since)
+                    for c in (profile.danger_clocks if profile is not None else ())
+                    if c.kind == "auto_release_after_stop" and _whole(c.seconds)]
+        if snap is None:
+            return released
+    else:
+        released = []
     if snap is None:
         return []
     out: list[ClockItem] = []
@@ -302,10 +316,11 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
             out.append(ClockItem(host, "idle_timeout", _timer_severity(left),
                                  f"idle timeout ({approx}{fmt_duration(clock.seconds)}) "
                                  f"disconnects in {fmt_duration(left)}", left))
-        elif clock.kind == "auto_release_after_stop":
+        elif clock.kind == "auto_release_after_stop" and not released:
             out.append(ClockItem(host, "auto_release", "info",
                                  f"if stopped, released after {fmt_duration(clock.seconds)}: "
                                  f"{clock.text}", float(clock.seconds)))
+    out += released
     if jobs and all(j.state in FINAL_STATES for j in jobs):
         unpulled = unpulled_jobs(host, jobs, records)
         if unpulled:
@@ -316,6 +331,24 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
                 + (" (destroy loses them)" if profile is not None
                    and profile.meter_stop_irreversible is True else ""), None))
     return out
+
+
+def _whole(seconds: object) -> bool:
+    return isinstance(seconds, int) and not isinstance(seconds, bool)
+
+
+def _released_item(host: str, clock: Any, down_for: float) -> ClockItem:
+    """A stopped box's release, counted from when it went down (it may be down for another
+    reason: the line says "if stopped")."""
+    left = max(0.0, clock.seconds - down_for)
+    approx = "~" if clock.approximate else ""
+    head = f"down {fmt_duration(max(0.0, down_for))}: "
+    text = (f"{head}if stopped, released in {approx}{fmt_duration(left)}" if left > 0 else
+            f"{head}if it was stopped, it has been released ({approx}"
+            f"{fmt_duration(clock.seconds)} after a stop)")
+    return ClockItem(host, "auto_release",
+                     _timer_severity(left, RELEASE_WARN_S, RELEASE_CRIT_S),
+                     f"{text}: {clock.text}", left)
 
 
 def _rank(severity: str) -> int:

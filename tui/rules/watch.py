@@ -10,7 +10,7 @@ user clears it. Which critical items to alert on is decided by its ``alerts``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
@@ -127,15 +127,19 @@ class FleetWatch:
         return sort_findings(out)
 
     def clocks(self, hosts: Iterable[HostState], now: float,
-               records: Sequence[Record] = ()) -> list[ClockItem]:
-        """Every host's clocks; ``records`` are the pull records (FleetAPI.pull_records)."""
+               records: Sequence[Record] = (),
+               down_since: Mapping[str, float] | None = None) -> list[ClockItem]:
+        """Every host's clocks; ``records`` are the pull records (FleetAPI.pull_records),
+        ``down_since`` when each DOWN host went down after being up (tui/fleet/downs.py)."""
         out: list[ClockItem] = []
         for h in hosts:
             snap = h.view if h.view is not None else self._mem.get(
                 h.name, _HostMemory()).current
+            down = (down_since or {}).get(h.name) if h.state is LinkState.DOWN else None
             out += host_clocks(h.name, snap, self.profile(h.profile), now,
                                price_per_hour=h.price_per_hour, rented_at=h.rented_at,
-                               tracker=self.tracker, records=records, spot=h.spot)
+                               tracker=self.tracker, records=records, spot=h.spot,
+                               down_since=down)
         return out
 
     def clear(self, host: str | None = None) -> int:
