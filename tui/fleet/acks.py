@@ -80,7 +80,7 @@ class Acks:
         if (host, job, attempt) in self._keys:
             return
         records = [*self._records, {"host": host, "job": job, "attempt": attempt, "at": now}]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -54,7 +54,7 @@ class HostDowns:
                 for h, r in hosts.items() if isinstance(r, dict)}
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

@@ -23,6 +23,12 @@ def test_an_ack_holds_for_its_attempt_only(tmp_path: Path) -> None:
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
+def test_the_state_dir_it_creates_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "gpuroom" / "acks.json"
+    Acks(path).add("box", "j1", 1, now=1.0)
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+
+
 def test_a_damaged_file_reads_as_no_acks_and_is_replaced_on_the_next_ack(tmp_path: Path) -> None:
     path = tmp_path / "acks.json"
     path.write_text("{not json")
