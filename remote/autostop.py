@@ -205,7 +205,9 @@ def watch(root: str, every_s: float = WATCH_EVERY_S) -> int:
         while True:
             if tick(root, session) is None:
                 return 0
-            time.sleep(every_s)
+            cfg = load(root) or {}
+            # A short idle time is checked more often: it fires within a tenth of it late.
+            time.sleep(min(every_s, max(0.5, (_number(cfg.get("idle_s")) or every_s) / 10)))
     finally:
         session.close()
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from harness.monitorbox import queue_box
 
+from gpuroom.tui.cli.main import main
 from gpuroom.tui.config import load
 from gpuroom.tui.fleet.live import Fleet
 
@@ -81,3 +82,29 @@ def test_a_destroying_verb_is_refused_at_arming(box: tuple[Path, Path]) -> None:
                                   "terminate", "pod"))
     assert rc == 2 and not doc["ok"] and "--allow-destroy" in doc["error"]
     assert asyncio.run(_helper(config, "status"))[1]["armed"] is None
+
+
+@pytest.mark.sshd
+def test_gpuroom_autostop_arms_it_and_the_box_stops_itself(
+        box: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    config, script = box
+    record = script.parent / "stopped.json"
+    assert main(["--config", str(config), "autostop", "box", "--after", "3s", "--",
+                 str(script), "shutdown", "-h", "now"]) == 0
+    assert "autostop armed" in capsys.readouterr().out
+    deadline = time.monotonic() + WAIT_S
+    while not record.exists():
+        assert time.monotonic() < deadline, "the watchdog never ran the stop command"
+        time.sleep(0.3)
+    assert json.loads(record.read_text()) == ["shutdown", "-h", "now"]
+
+
+@pytest.mark.sshd
+def test_gpuroom_autostop_refuses_a_destroying_verb(
+        box: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    config, script = box
+    assert main(["--config", str(config), "autostop", "box", "--after", "45m", "--",
+                 str(script), "remove", "pod"]) == 2
+    assert "--allow-destroy" in " ".join(capsys.readouterr().err.split())
+    assert main(["--config", str(config), "autostop", "box"]) == 0
+    assert "not armed" in capsys.readouterr().out

@@ -382,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.watch import add_cli as add_watch_cli
 
     add_watch_cli(sub)
+    from gpuroom.tui.cli.autostop import add_cli as add_autostop_cli
+
+    add_autostop_cli(sub)
     return parser
 
 
