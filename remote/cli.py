@@ -70,6 +70,7 @@ COMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "secret": _lazy("secrets"),
     "rundirs": _lazy("rundirs"),
     "preempt": _lazy("preempt"),
+    "autostop": _lazy("autostop"),
 }
 
 

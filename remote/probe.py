@@ -74,6 +74,24 @@ def register(name: str, collector: Collector) -> None:
 
 _register_optional()
 
+Deriver = Callable[["ProbeSession", Dict[str, Any]], Dict[str, Any]]
+
+
+def _derive_idle(session: ProbeSession, doc: Dict[str, Any]) -> Dict[str, Any]:
+    from . import idle
+
+    return idle.derive(session, doc)
+
+
+# Sections computed from the collected ones (after them, in this order): their errors are
+# reported like a collector's.
+DERIVED: List[Any] = [("idle", _derive_idle)]
+
+
+def _section_error(name: str, exc: BaseException) -> Dict[str, Any]:
+    return {"section": name, "error": f"{type(exc).__name__}: {exc}",
+            "trace": traceback.format_exc(limit=3)[-800:]}
+
 
 class ProbeSession:
     """State that lives as long as the helper process: NVML handles, kernel-log cursors.
@@ -97,11 +115,12 @@ class ProbeSession:
             try:
                 doc.update(collect(self, request))
             except Exception as exc:  # one broken section must not hide the others
-                errors.append({
-                    "section": name,
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "trace": traceback.format_exc(limit=3)[-800:],
-                })
+                errors.append(_section_error(name, exc))
+        for name, derive in DERIVED:
+            try:
+                doc.update(derive(self, doc))
+            except Exception as exc:  # as above: the collected sections still answer
+                errors.append(_section_error(name, exc))
         doc["errors"] = errors
         doc["probe_ms"] = round((time.monotonic() - started) * 1000.0, 3)
         return doc

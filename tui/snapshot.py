@@ -497,6 +497,16 @@ class VramHolder(View):
 
 
 @dataclass(frozen=True, slots=True)
+class Idle(View):
+    """Since when the box has done no work, on its own clock (remote/idle.py)."""
+
+    idle_since: float | None = key(number)  # None while busy, or when nothing is known
+    now: float | None = key(number)  # the box's time.time() when it answered
+    busy: str | None = key(text)  # job | foreign | gpu while busy
+    basis: str | None = key(text)  # job_end | gpu | boot: which record idle_since came from
+
+
+@dataclass(frozen=True, slots=True)
 class SectionError(View):
     """A collector that raised: the rest of the document is still there (remote/probe.py)."""
 
@@ -681,7 +691,7 @@ class NodeProbe(View):
         return Snapshot(schema=None, helper=Helper.read({}), host=self.host,
                         cgroup=self.cgroup, disks=self.disks, gpus=self.gpus,
                         gpu_error=self.gpu_error, kernel=Kernel.read({}), vram_holders=(),
-                        queue=None, errors=(),
+                        queue=None, idle=None, errors=(),
                         sections=frozenset({"host", "cgroup", "disks", "gpus"}))
 
 
@@ -938,6 +948,7 @@ class Snapshot(View):
     kernel: Kernel = nested(Kernel)
     vram_holders: tuple[VramHolder, ...] = nested(VramHolder, "many")
     queue: Queue | None = nested(Queue, "maybe")  # None: the snapshot has no queue section
+    idle: Idle | None = nested(Idle, "maybe")  # None: a helper that does not say
     errors: tuple[SectionError, ...] = nested(SectionError, "many")
     sections: frozenset[str] = frozenset()  # the top-level keys present
 
@@ -1050,7 +1061,7 @@ def with_jobs(snap: Snapshot, jobs: tuple[Job, ...], queue: str = "default",
 
 __all__ = [
     "ArrayTask", "Attempt", "Cgroup", "Checkpoint", "CkptUnit", "CkptUnits", "Disk", "Gpu",
-    "GpuProcess", "Helper", "Host", "Job",
+    "GpuProcess", "Helper", "Host", "Idle", "Job",
     "JobTelemetry", "Kernel", "KernelEvent", "Key", "LogChunk", "NodeProbe", "Queue",
     "QueueView", "RawSnapshot",
     "SectionError", "SlurmRun", "Snapshot", "Sync", "View", "VramHolder", "integer", "keys_seen",

@@ -16,6 +16,7 @@ from harness.room import finish, open_gate
 from paths import DATA
 from textual.widgets import Input
 
+from gpuroom.tui.fleet.acks import Acks
 from gpuroom.tui.fleet.replay import ReplayFleet, load_recording
 from gpuroom.tui.room.app import GpuroomApp
 from gpuroom.tui.room.findings_screen import FindingsScreen
@@ -76,8 +77,14 @@ async def test_a_job_death_stays_said_until_cleared() -> None:
         await pilot.press("c")
         await pilot.pause()
         assert not isinstance(app.screen, FindingsScreen)
-        # Cleared: the failed job itself is still said, in fewer words.
-        assert banner_texts(app) == ["CRITICAL h100-a: job train failed by SIGKILL"]
+        # Cleared: the death is acknowledged as `gpuroom doctor --ack` records it, so the
+        # failed job is not said again in fewer words, here or by doctor and watch.
+        assert banner_texts(app) == []
+        view = fleet.hosts()[0].view
+        assert view is not None
+        (job,) = [j for j in view.jobs if j.state == "failed"]
+        attempt = job.last_attempt.attempt if job.last_attempt else None
+        assert Acks().acked("h100-a", job.id, attempt)
 
 
 async def test_idle_box_banner_and_billed_column() -> None:

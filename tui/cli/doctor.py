@@ -1,7 +1,10 @@
-"""`gpuroom doctor [HOST] [--json]`: poll once, say what is wrong and what the clocks say.
+"""`gpuroom doctor [HOST] [--json] [--ack HOST/JOB]`: poll once, say what is wrong and what
+the clocks say, through the monitor the room and `watch` use (tui/fleet/monitor.py): each
+ended job's log tail is read for the log rules, and acknowledged deaths are left out.
 
-Exit codes: 0 nothing critical, 4 something critical, 3 a host did not answer (a failed poll is
-reported as such, never as a dead run: GEN8), 2 usage.
+Exit codes, for cron: 0 nothing urgent, 1 warnings, 2 something critical (a host that did not
+answer is a warning: a failed poll is never a dead run, GEN8). A usage error (an unknown
+host, a bad --ack) also exits 2 and says so on stderr.
 """
 
 from __future__ import annotations
@@ -10,42 +13,56 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gpuroom.tui.config as cfg
 from gpuroom.profiles import Profile
 from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
+from gpuroom.tui.fleet.acks import AckError, parse_target
 from gpuroom.tui.fleet.live import Fleet
-from gpuroom.tui.fleet.outputs import PullRecords
+from gpuroom.tui.fleet.monitor import Monitor
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.banner import Danger, failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.banner import Danger, fleet_dangers
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
 from gpuroom.tui.rules.gate import Record
 from gpuroom.tui.rules.watch import cached_profile
 
 EXIT_OK = 0
+EXIT_WARN = 1
+EXIT_CRITICAL = 2
 EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_CRITICAL = 4
+EPILOG = ("exit status: 0 nothing urgent, 1 warnings (a host that did not answer is one), "
+          "2 something critical (or a usage error, said on stderr). A job's death stays "
+          "critical until acknowledged: --ack HOST/JOB, or clearing the room's findings (f).")
 
 
-async def _poll(config: cfg.Config, only: str | None) -> list[HostState]:
+async def _examine(config: cfg.Config, only: str | None
+                   ) -> tuple[list[HostState], list[Finding], list[ClockItem], list[Danger]]:
+    """One poll of every host (or ``only``) through the monitor; its tail reads awaited."""
     fleet = Fleet(config)
+    monitor = Monitor(fleet, tails=fleet.log_tail)
     try:
-        if only is None:
-            return await fleet.poll_all()
-        return [await fleet.poll_host(only)]
+        states = await fleet.poll_all() if only is None else [await fleet.poll_host(only)]
+        for s in states:
+            monitor.observe(s.name)
+        await monitor.settle()
+        now = time.time()
+        findings = monitor.findings()
+        return states, findings, monitor.clocks(now=now), monitor.failed(findings, now)
     finally:
+        monitor.close()
         await fleet.close()
 
 
 def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
             ) -> tuple[list[Finding], list[ClockItem]]:
-    """One poll's findings and clocks (no previous snapshot: transitions need the room).
-    ``records``: the pull records, which the gate reads too."""
+    """Findings and clocks of states already polled, with no log tails or acknowledgements:
+    for a caller holding its own states (the MCP server, the fuzz tests). The verb itself
+    goes through the monitor (``_examine``)."""
     cache: dict[str, Profile | None] = {}
     findings: list[Finding] = []
     clocks: list[ClockItem] = []
@@ -63,17 +80,29 @@ def examine(states: list[HostState], now: float, records: Sequence[Record] = ()
     return findings, clocks
 
 
-def exit_code(states: list[HostState], findings: list[Finding]) -> int:
-    if any(s.state is not LinkState.UP for s in states):
-        return EXIT_UNREACHABLE
-    if any(f.severity == "critical" for f in findings):
+async def _ack(config: cfg.Config, target: str) -> str:
+    host, job = parse_target(target)
+    if host not in {h.name for h in config.effective_hosts()}:
+        raise AckError(f"--ack {target!r}: no host {host!r} in {config.path}",
+                       "gpuroom hosts list")
+    fleet = Fleet(config)
+    try:
+        state = await fleet.poll_host(host)
+        if state.view is None:
+            raise AckError(f"{host} did not answer ({state.error}): its job {job} cannot be "
+                           "checked", f"gpuroom doctor {host}, then --ack again")
+        attempt = Monitor(fleet).ack(host, job)
+    finally:
+        await fleet.close()
+    return f"acknowledged {host}/{job}" + (f" attempt {attempt}" if attempt else "")
+
+
+def exit_code(findings: Iterable[Finding], clocks: Iterable[ClockItem],
+              failed: Iterable[Danger]) -> int:
+    levels = {f.severity for f in findings} | {c.severity for c in clocks}
+    if "critical" in levels or any(True for _ in failed):
         return EXIT_CRITICAL
-    return EXIT_OK
-
-
-def _failed(states: list[HostState], findings: list[Finding], now: float) -> list[Danger]:
-    """Failed jobs no finding explains: listed as the room's banner lists them."""
-    return failed_job_dangers(states, now, [(f.host, f.title) for f in findings])
+    return EXIT_WARN if "warn" in levels else EXIT_OK
 
 
 def _print(findings: list[Finding], clocks: list[ClockItem], failed: list[Danger]) -> None:
@@ -109,15 +138,13 @@ def _print_counts(findings: list[Finding], clocks: list[ClockItem], failed: list
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    import time
-
     config = load_config(args)
+    if args.ack is not None:
+        print(asyncio.run(_ack(config, args.ack)))
+        return EXIT_OK
     if args.host is not None:
         host_config(config, args.host)
-    states = asyncio.run(_poll(config, args.host))
-    now = time.time()
-    findings, clocks = examine(states, now, PullRecords().current())
-    failed = _failed(states, findings, now)
+    states, findings, clocks, failed = asyncio.run(_examine(config, args.host))
     if args.json:
         doc: dict[str, Any] = {
             "hosts": [{"name": s.name, "state": s.state.value, "error": s.error}
@@ -132,12 +159,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print(findings, clocks, failed)
-    return exit_code(states, findings)
+    return exit_code(findings, clocks, failed)
 
 
 def add_cli(subparsers: Any) -> None:
     """Register `doctor` on gpuroom's subparsers (the top-level parser owns --config)."""
-    p = subparsers.add_parser("doctor", help="poll once; findings by gotcha id (docs/GOTCHAS.md)")
+    p = subparsers.add_parser(
+        "doctor", help="poll once; findings by gotcha id (docs/GOTCHAS.md); exit 0/1/2",
+        description="poll once; say what is wrong and what the danger clocks say",
+        epilog=EPILOG)
     p.add_argument("host", nargs="?", default=None, help="only this host")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--ack", metavar="HOST/JOB", default=None,
+                   help="acknowledge a job's death (recorded on this machine, shared with the "
+                        "room's clear): it is no longer critical")
     p.set_defaults(func=cmd_doctor)

@@ -1,9 +1,9 @@
 """`gpuroom export`: the fleet as Prometheus metrics, from the same polls the room makes.
 
-The Fleet polls as in the room, the watch sees every poll outcome (the doctor's findings,
-the danger clocks), and each scrape reads them through tui/present/metrics.py. New critical
-items go to ``notify_url`` and ``notify_command`` as in the room (tui/rules/alerts.py), so a
-headless exporter alerts too.
+The Fleet polls as in the room, the monitor sees every poll outcome (the doctor's findings,
+the danger clocks; tui/fleet/monitor.py), and each scrape reads them through
+tui/present/metrics.py. New critical items go to ``notify_url`` and ``notify_command`` as in
+the room, so a headless exporter alerts too.
 """
 
 from __future__ import annotations
@@ -18,82 +18,60 @@ from gpuroom.tui import config as cfg
 from gpuroom.tui.cli.listen import ListenError, add_listen_args, parse_listen, remote_notice
 from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.fleet.live import Fleet
+from gpuroom.tui.fleet.monitor import Monitor
 from gpuroom.tui.present.metrics import Family, KernelCounts, fleet_families
 from gpuroom.tui.room.commands import run_user_command
 from gpuroom.tui.rules.alerts import Alert
-from gpuroom.tui.rules.watch import FleetWatch
-from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.metrics_http import FleetCollector, MetricsServer
-from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
-
-NOTIFY_TIMEOUT_S = 30.0
 
 
 def _say(line: str) -> None:
     print(f"gpuroom export: {line}", file=sys.stderr, flush=True)
 
 
+def _said(alert: Alert) -> None:
+    _say(alert.line)
+
+
+def _warn(line: str) -> None:
+    _say(f"warning: {line}")
+
+
 class Exporter:
-    """The fleet, its watch and the alerts of ``gpuroom export``."""
+    """The fleet, its monitor and the alerts of ``gpuroom export``."""
 
     def __init__(self, config: cfg.Config, clock: Any = time.time) -> None:
         self.settings = config.settings
         self.fleet = Fleet(config)
-        self.watch = FleetWatch(config.settings.renotify_s)
         self.kernel = KernelCounts()
         self.clock = clock
-        self._tasks: set[asyncio.Task[None]] = set()
-        url = config.settings.notify_url
-        self.notifier = UrlNotifier(url) if url else None
+        s = config.settings
+        self.monitor = Monitor(self.fleet, renotify_s=s.renotify_s, notify_url=s.notify_url,
+                               notify_command=s.notify_command, clock=clock,
+                               tails=self.fleet.log_tail, say=_said, warn=_warn,
+                               run_command=run_user_command)
+
+    @property
+    def watch(self) -> Any:
+        return self.monitor.watch
 
     def families(self) -> list[Family]:
         now = self.clock()
         hosts = self.fleet.hosts()
         idle = {h.name: self.watch.tracker.idle_for(h.name, now) or 0.0 for h in hosts}
-        return fleet_families(hosts, self.watch.findings(), self.watch.clocks(hosts, now), now,
+        return fleet_families(hosts, self.monitor.findings(),
+                              self.monitor.clocks(hosts, now), now,
                               idle_for=idle, kernel=self.kernel.counts)
 
     def changed(self, name: str) -> None:
-        now = self.clock()
-        h = self.fleet.state(name)
-        self.watch.observe(h, now)
-        self.kernel.observe(h)
-        hosts = self.fleet.hosts()
-        for alert in self.watch.new_criticals(self.watch.findings(),
-                                              self.watch.clocks(hosts, now), now):
-            _say(alert.line)
-            # Each channel on its own: one that fails or hangs never holds back another.
-            if self.notifier is not None:
-                self._spawn(self._post(self.notifier, alert))
-            if self.settings.notify_command:
-                self._spawn(self._run_command(self.settings.notify_command, alert))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.monitor.observe(name)
+        self.kernel.observe(self.fleet.state(name))
+        findings = self.monitor.findings()
+        self.monitor.alert(findings, self.monitor.clocks(), self.monitor.failed(findings))
 
     async def drain(self) -> None:
-        """Wait for the alerts being sent."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _post(self, notifier: UrlNotifier, alert: Alert) -> None:
-        try:
-            await notifier.send(alert.to_json())
-        except NotifyError as exc:
-            _say(f"warning: {exc}")
-
-    async def _run_command(self, command: list[str], alert: Alert) -> None:
-        argv = [*command, alert.line]
-        try:
-            rc, out = await run_user_command(argv, NOTIFY_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
-            _say(f"warning: notify_command {argv[0]} failed: {exc!r}. Fix: check "
-                 "[settings] notify_command in hosts.toml")
-            return
-        if rc:
-            _say(f"warning: notify_command {argv[0]} exited {rc}: "
-                 f"{sanitize_line(out.decode(errors='replace'))[-200:]}")
+        """Wait for the alerts being sent (and the log tails being read)."""
+        await self.monitor.settle()
 
     async def serve(self, host: str, port: int, duration: float | None) -> None:
         collector = FleetCollector(asyncio.get_running_loop(), self.families)
@@ -113,8 +91,7 @@ class Exporter:
             pass
         finally:
             await asyncio.to_thread(server.close)
-            for task in list(self._tasks):
-                task.cancel()
+            self.monitor.close()
             await self.fleet.close()
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import gpuroom.tui.config as cfg
-from gpuroom.profiles import list_profiles
+from gpuroom.profiles import ProfileError, list_profiles, load_profile
 from gpuroom.tui.cli.load import host_config, load_config, unknown_host
 from gpuroom.tui.cli.tables import add_row, box_table, print_line, print_table
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, bugs_reported, describe
@@ -160,6 +160,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _say_dangers(profile_name: str) -> None:
+    """The profile's dangers to know up front (principle 10), when the host is added."""
+    try:
+        dangers = load_profile(profile_name).surface.dangers
+    except ProfileError:
+        return  # "local": no platform, nothing to surface
+    if dangers:
+        print(f"profile {profile_name}: know this up front (gpuroom profiles show "
+              f"{profile_name}):")
+        for line in dangers:
+            print(f"  ! {line}")
+
+
 def cmd_hosts(args: argparse.Namespace) -> int:
     config = load_config(args, creating=args.hosts_cmd in ("add", "import"))
     if args.hosts_cmd == "list":
@@ -199,6 +212,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
                                                  price_per_hour=args.price)
         print(f"added {args.name} (ssh {alias}, profile {args.profile}) to {config.path}"
               f"{_backed_up(cfg.save(config))}")
+        _say_dangers(args.profile)
         return EXIT_OK
     if args.hosts_cmd in ("remove", "rm"):
         if config.hosts.pop(args.name, None) is None:
@@ -390,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuroom.tui.cli.mcp import add_cli as add_mcp_cli
 
     add_mcp_cli(sub)
+
+    from gpuroom.tui.cli.autostop import add_cli as add_autostop_cli
+
+    add_autostop_cli(sub)
     return parser
 
 

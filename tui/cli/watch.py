@@ -1,9 +1,12 @@
 """`gpuroom watch`: the fleet with no screen, for a jump host where no terminal stays open.
 
-It polls every host like the room does, mirrors running jobs' checkpoints home
-(tui/fleet/mirror.py), moves --failover jobs off a host DOWN for failover_after_s and fences
-their old copies (tui/fleet/live.py), printing one line per outcome; a failed mirror, a
-failover and a fence are also POSTed to ``notify_url`` when the settings give one. Stop it
+It polls every host like the room does and alerts as the room does: each poll outcome goes
+through the one monitor (tui/fleet/monitor.py: doctor, clocks, each ended job's log tail,
+new critical items), every critical item is printed as one line and sent to
+``notify_command`` and ``notify_url`` under the same renotify rules. It also mirrors running
+jobs' checkpoints home (tui/fleet/mirror.py), moves --failover jobs off a host DOWN for
+failover_after_s and fences their old copies (tui/fleet/live.py), printing one line per
+outcome; a failed mirror, a failover and a fence are also POSTed to ``notify_url``. Stop it
 with ctrl+c (or ``--duration``).
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -18,10 +22,14 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.config import Config
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.mirror import MirrorOutcome, mirror_default
+from gpuroom.tui.fleet.monitor import Monitor
+from gpuroom.tui.room.commands import run_user_command
+from gpuroom.tui.rules.alerts import Alert
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 
 EXIT_OK = 0
+SETTLE_S = 30.0  # how long alerts still being sent may take once watch stops
 FIXES = {
     "failed": "check the host's link and disk; the mirror retries at the next poll",
     "failover": "nothing to do: the job goes on on the new host; the old copy is killed when "
@@ -31,7 +39,8 @@ FIXES = {
 
 
 def add_cli(sub: Any) -> None:
-    p = sub.add_parser("watch", help="poll and mirror checkpoints home with no screen")
+    p = sub.add_parser("watch", help="poll, alert on every critical item and mirror "
+                                     "checkpoints home, with no screen")
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until ctrl+c)")
     p.set_defaults(func=cmd_watch)
@@ -50,9 +59,18 @@ def start_line(config: Config, duration: float | None) -> str:
                          f"{until}")
 
 
+def _say(alert: Alert) -> None:
+    print(alert.line, flush=True)  # already inert: the banner's own line
+
+
+def _warn(line: str) -> None:
+    print(f"gpuroom watch: {sanitize_line(line)}", file=sys.stderr, flush=True)
+
+
 async def _watch(args: argparse.Namespace) -> None:
     config = load_config(args)
-    notifier = UrlNotifier(config.settings.notify_url) if config.settings.notify_url else None
+    settings = config.settings
+    notifier = UrlNotifier(settings.notify_url) if settings.notify_url else None
     sends: set[asyncio.Task[None]] = set()
 
     async def notify(outcome: MirrorOutcome) -> None:
@@ -63,7 +81,7 @@ async def _watch(args: argparse.Namespace) -> None:
                                  "severity": "warn", "text": sanitize_line(outcome.line),
                                  "fix": fix})
         except NotifyError as exc:
-            print(f"gpuroom watch: {sanitize_line(str(exc))}", file=sys.stderr, flush=True)
+            _warn(str(exc))
 
     def said(outcome: MirrorOutcome) -> None:
         # busy: the process pulling it says so itself
@@ -77,12 +95,25 @@ async def _watch(args: argparse.Namespace) -> None:
 
     print(start_line(config, args.duration), file=sys.stderr, flush=True)
     fleet = Fleet(config, mirror=True, on_mirror=said)
-    runner = asyncio.ensure_future(fleet.run(lambda _host: None))
+    monitor = Monitor(fleet, renotify_s=settings.renotify_s, notify_url=settings.notify_url,
+                      notify_command=settings.notify_command, tails=fleet.log_tail,
+                      say=_say, warn=_warn, run_command=run_user_command)
+
+    def changed(host: str) -> None:
+        monitor.observe(host)
+        findings = monitor.findings()
+        monitor.alert(findings, monitor.clocks(), monitor.failed(findings))
+
+    runner = asyncio.ensure_future(fleet.run(changed))
     try:
         await asyncio.wait([runner], timeout=args.duration)
     finally:
         runner.cancel()
         await asyncio.gather(runner, *sends, return_exceptions=True)
+        # Alerts under way are delivered (each channel has its own deadline) before leaving.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(monitor.settle(), SETTLE_S)
+        monitor.close()
         await fleet.close()
 
 

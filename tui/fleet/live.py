@@ -63,6 +63,7 @@ FAILOVER_TICK_S = 1.0  # how often hosts that stopped answering are checked for 
 # 64 KiB too), and how much more one scroll back to its top fetches.
 LOG_TAIL_BYTES = 64 << 10
 LOG_OLDER_BYTES = 64 << 10
+LOG_TAIL_LINES = 2000  # an ended job's tail for the log rules: at most LOG_TAIL_BYTES of it
 
 
 def backoff_delay(failures: int, base_s: float, cap_s: float = BACKOFF_CAP_S,
@@ -311,6 +312,17 @@ class Fleet(PendingLedger):
         out = await self._queue_call(host, "logs", "--queue", queue or "default",
                                      "--end", str(end), "--max-bytes", str(LOG_OLDER_BYTES),
                                      "--json", "--", job_id)
+        try:
+            return read_log_doc(load_answer(out))
+        except ValueError:
+            raise LinkError(host, "queue logs answered something that is not JSON") from None
+
+    async def log_tail(self, host: str, job_key: str) -> LogChunkView | None:
+        """The last ``LOG_TAIL_BYTES`` of an ended job's log (one poll ships none of it)."""
+        queue, _, job_id = job_key.rpartition("/")
+        out = await self._queue_call(host, "logs", "--queue", queue or "default",
+                                     "--lines", str(LOG_TAIL_LINES), "--max-bytes",
+                                     str(LOG_TAIL_BYTES), "--json", "--", job_id)
         try:
             return read_log_doc(load_answer(out))
         except ValueError:

@@ -23,6 +23,8 @@ class Danger:
     host: str
     text: str
     fix: str = ""  # the command that says more, with the real host and job
+    job: str = ""  # a failed job's id ("" for a doctor or clock line)
+    attempt: int | None = None  # the attempt that failed (an acknowledgement names it)
 
 
 def failed_job_dangers(hosts: Iterable[HostState], now: float,
@@ -43,7 +45,8 @@ def failed_job_dangers(hosts: Iterable[HostState], now: float,
             out.append(Danger("crit", h.name, f"CRITICAL {h.name}: job {j.name or j.id} "
                                               f"{j.state}{code}",
                               "read its log: gpuroom queue logs "
-                              f"{shlex.quote(h.name)} {shlex.quote(j.id)}"))
+                              f"{shlex.quote(h.name)} {shlex.quote(j.id)}; then gpuroom doctor "
+                              f"--ack {shlex.quote(h.name + '/' + j.id)}", j.id, j.attempt))
     return out
 
 

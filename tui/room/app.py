@@ -29,9 +29,10 @@ from textual.worker import NoActiveWorker, WorkerFailed, get_current_worker
 from gpuroom.remote.queue_events import FINAL_STATES
 from gpuroom.tui.errors import EXIT_INTERNAL, GpuroomError, describe, with_fix
 from gpuroom.tui.fleet.api import FleetAPI
+from gpuroom.tui.fleet.monitor import Monitor
 from gpuroom.tui.fleet.outputs import pull_fix, result_lines
 from gpuroom.tui.model import HostState, LinkState, PendingAction
-from gpuroom.tui.present.banner import failed_job_dangers, fleet_dangers
+from gpuroom.tui.present.banner import fleet_dangers
 from gpuroom.tui.present.box import BoxHistory
 from gpuroom.tui.present.detail import host_detail, job_detail
 from gpuroom.tui.present.disks import disk_rows
@@ -69,13 +70,11 @@ from gpuroom.tui.room.screens import (
     key_label,
 )
 from gpuroom.tui.rules.alerts import DEFAULT_RENOTIFY_S, Alert
-from gpuroom.tui.rules.clock import ClockItem, banner_lines, billed_seconds
-from gpuroom.tui.rules.doctor import Finding
+from gpuroom.tui.rules.clock import banner_lines, billed_seconds
 from gpuroom.tui.rules.gate import GateResult
 from gpuroom.tui.rules.watch import FleetWatch
 from gpuroom.tui.sanitize import sanitize_line
 from gpuroom.tui.transport.interactive import SshExit, run_interactive_ssh
-from gpuroom.tui.transport.notify_http import NotifyError, UrlNotifier
 from gpuroom.tui.transport.pull import Progress
 from gpuroom.widgets.banner import DangerBanner
 from gpuroom.widgets.disk import DiskPanel
@@ -86,7 +85,6 @@ from gpuroom.widgets.logtail import LogTail
 from gpuroom.widgets.queue import QueueTable
 
 Spawn = Callable[[list[str]], "int | SshExit"]
-NOTIFY_TIMEOUT_S = 30.0
 TEARDOWN_TIMEOUT_S = 600.0
 PROGRESS_EVERY_S = 0.5
 FLEET_PANES_EVERY_S = 0.5
@@ -188,11 +186,15 @@ class GpuroomApp(MoveKey):
         self.replay = replay
         self.clock = clock
         self._spawn = spawn
-        self._bell = bell
-        self._notify_command = list(notify_command) if notify_command else None
-        self._notifier = UrlNotifier(notify_url) if notify_url else None
         self._warnings = list(warnings or ())  # said once the room is up (stderr is hidden)
-        self.findings_watch = FleetWatch(renotify_s)
+        # The one monitor pipeline (tui/fleet/monitor.py), as `watch` and `export` use it.
+        self.monitor = Monitor(
+            fleet, renotify_s=renotify_s, notify_url=notify_url,
+            notify_command=notify_command, clock=clock,
+            tails=getattr(fleet, "log_tail", None),
+            bell=self._ring if bell else None,
+            warn=lambda line: self.notify(line, severity="warning"),
+            run_command=run_user_command, deliver=self._deliver_alert)
         self._fleet_timer: Timer | None = None
         self._fleet_at = 0.0
         self._log_fed: tuple[str, object] | None = None
@@ -352,46 +354,23 @@ class GpuroomApp(MoveKey):
                                  exc.fix or "check the hosts config, then restart"),
                         severity="error", timeout=30)
 
+    @property
+    def findings_watch(self) -> FleetWatch:
+        """The doctor's and the clocks' memory, kept by the monitor."""
+        return self.monitor.watch
+
     def _fleet_changed(self, host: str) -> None:
         """Called by the fleet in the event loop after every poll outcome. The doctor sees
         each outcome here, before HostChanged notices merge on a busy screen."""
-        h = self.host(host)
-        if h is not None:
-            self.findings_watch.observe(h, self.clock())
+        self.monitor.observe(host)
         self.post_message(HostChanged(host))
 
-    def _alert(self, findings: list[Finding], clocks: list[ClockItem]) -> None:
-        fresh = self.findings_watch.new_criticals(findings, clocks, self.clock())
-        if not fresh:
-            return
-        if self._bell:
-            self.bell()
-        for alert in fresh:
-            if self._notify_command:
-                self._run_notify(alert.line)
-            if self._notifier is not None:
-                self._post_notify(self._notifier, alert)
+    def _ring(self) -> None:
+        self.bell()  # looked up at each ring: a test may replace it
 
     @work(group="notify")
-    async def _post_notify(self, notifier: UrlNotifier, alert: Alert) -> None:
-        try:
-            await notifier.send(alert.to_json())
-        except NotifyError as exc:
-            self.notify(str(exc), severity="warning")
-
-    @work(group="notify")
-    async def _run_notify(self, line: str) -> None:
-        argv = [*(self._notify_command or []), sanitize_line(line)]
-        try:
-            rc, out = await run_user_command(argv, NOTIFY_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
-            self.notify(f"notify_command {argv[0]} failed: {exc!r}. Fix: check "
-                        "[settings] notify_command in hosts.toml", severity="warning")
-            return
-        if rc:
-            self.notify(f"notify_command {argv[0]} exited {rc}: "
-                        f"{sanitize_line(out.decode(errors='replace'))[-200:]}",
-                        severity="warning")
+    async def _deliver_alert(self, alert: Alert) -> None:
+        await self.monitor.send(alert)
 
     # ------------------------------------------------------------------ state -> panes
 
@@ -426,7 +405,7 @@ class GpuroomApp(MoveKey):
         now = self.clock()
         rows = []
         severities: dict[str, list[str]] = {}
-        findings = self.findings_watch.findings()
+        findings = self.monitor.findings()
         for f in findings:
             severities.setdefault(f.host, []).append(f.severity)
         for h in self._visible_hosts():
@@ -438,13 +417,13 @@ class GpuroomApp(MoveKey):
         self.query_one(HostsTable).hosts = tuple(rows)
         hosts = self.fleet.hosts()
         # Findings and clocks once per redraw: banner and alerts read the same lists.
-        clocks = self.findings_watch.clocks(hosts, now, self.fleet.pull_records())
-        self._alert(findings, clocks)
+        clocks = self.monitor.clocks(hosts, now)
+        # A failed job the doctor did not explain still makes the banner, and alerts.
+        failed = self.monitor.failed(findings, now)
+        self.monitor.alert(findings, clocks, failed)
         # Every item, not the first three of one source: the banner cuts and counts the rest.
         self.query_one(DangerBanner).items = fleet_dangers(
-            banner_lines(findings, clocks, limit=None),
-            # A failed job the doctor did not explain still makes the banner.
-            failed_job_dangers(hosts, now, [(f.host, f.title) for f in findings]))
+            banner_lines(findings, clocks, limit=None), failed)
 
     def _record_gpu_history(self, h: HostState) -> None:
         # One point per good snapshot, however often the host is redrawn.
@@ -799,18 +778,17 @@ class GpuroomApp(MoveKey):
             self.action_job_detail()
 
     def action_findings(self) -> None:
-        findings = self.findings_watch.findings()
-        clocks = self.findings_watch.clocks(self.fleet.hosts(), self.clock(),
-                                            self.fleet.pull_records())
+        findings = self.monitor.findings()
+        clocks = self.monitor.clocks()
 
         def closed(clear: bool | None) -> None:
             if clear:
-                n = self.findings_watch.clear()
+                # Failed jobs are acknowledged as `gpuroom doctor --ack` does (acks.json).
+                n = self.monitor.clear()
                 self.notify(f"cleared {n} remembered finding(s)")
                 self._refresh_fleet_panes()
 
-        failed = failed_job_dangers(self.fleet.hosts(), self.clock(),
-                                    [(f.host, f.title) for f in findings])
+        failed = self.monitor.failed(findings)
         self.push_screen(FindingsScreen(findings, clocks, failed), closed)
 
     def action_pull(self) -> None:

@@ -23,7 +23,7 @@ from gpuroom.tui.present.format import fmt_duration, fmt_money
 from gpuroom.tui.rules.doctor import walltime_left
 from gpuroom.tui.rules.finding import SEVERITY_RANK, Finding, Severity
 from gpuroom.tui.rules.gate import Record, job_pull, units_key
-from gpuroom.tui.rules.plausible import clock_problem
+from gpuroom.tui.rules.plausible import MAX_UPTIME_S, clock_problem
 from gpuroom.tui.rules.stall import gpu_idle, stalls
 from gpuroom.tui.sanitize import sanitize_line, truncate_display
 from gpuroom.tui.snapshot import Job, Snapshot
@@ -35,6 +35,9 @@ IDLE_CRIT_S = 2 * 3600.0
 # A timer ending sooner than these escalates.
 TIMER_WARN_S = 2 * 3600.0
 TIMER_CRIT_S = 30 * 60.0
+# A stopped box's release (days away): warn two days before, critical in the last half day.
+RELEASE_WARN_S = 2 * 86400.0
+RELEASE_CRIT_S = 12 * 3600.0
 WALLTIME_WARN_S = 3600.0
 WALLTIME_CRIT_S = 10 * 60.0
 # A GCP preemptible VM's hard cap, counted from its boot (U45).
@@ -59,14 +62,41 @@ class ClockItem:
         return asdict(self)
 
 
+def foreign_gpu_work(snap: Snapshot) -> bool:
+    """With no gpuroom job running, a compute process on a GPU is someone's work (a notebook,
+    a run started by hand), so the box is not idle whatever it draws. While a job runs its
+    processes may show under pids of another namespace (a container): not judged then."""
+    if any(j.state in ACTIVE_STATES for j in snap.jobs):
+        return False
+    return any(not p.display_only for g in snap.gpus for p in g.processes)
+
+
 def is_idle(snap: Snapshot, prev: Snapshot | None = None,
             stall_after_s: float | None = None) -> bool:
-    """Billing for nothing: no job running but stalled ones (stall.py), and every GPU (if
-    any) near idle power."""
+    """Billing for nothing: no job running but stalled ones (stall.py), no GPU work gpuroom
+    did not start, and every GPU (if any) near idle power."""
     stalled = {s.job.key for s in stalls(prev, snap, stall_after_s)}
     if any(j.state in ACTIVE_STATES and j.key not in stalled for j in snap.jobs):
         return False
+    if foreign_gpu_work(snap):
+        return False
     return all(gpu_idle(g) for g in snap.gpus)
+
+
+def box_idle_since(snap: Snapshot, polled_at: float) -> float | None:
+    """Since when the box says it has been idle, on the jump host's clock: the span the box
+    measured on its own clock (its ``now`` minus its ``idle_since``), counted back from
+    ``polled_at``. A span is never negative nor longer than the box's uptime (a forged or
+    confused answer cannot bill more idle time than the box has been up); None when the box
+    does not say or its uptime cannot be true."""
+    idle = snap.idle
+    if idle is None or idle.idle_since is None or idle.now is None:
+        return None
+    uptime = snap.host.uptime_s
+    if uptime is None or not 0 <= uptime <= MAX_UPTIME_S:
+        return None
+    span = min(max(0.0, idle.now - idle.idle_since), uptime)
+    return polled_at - span
 
 
 def _stalled_for(snap: Snapshot, prev: Snapshot | None, stall_after_s: float | None) -> float:
@@ -76,13 +106,15 @@ def _stalled_for(snap: Snapshot, prev: Snapshot | None, stall_after_s: float | N
 
 class IdleTracker:
     """Since when each host has been idle. Feed it every poll; a failed poll (no snapshot)
-    changes nothing, since a dropped link says nothing about the box (GEN8)."""
+    changes nothing, since a dropped link says nothing about the box (GEN8). The box's own
+    answer (``box_idle_since``) starts the count; what the polls see refines it."""
 
     def __init__(self) -> None:
         self._since: dict[str, float | None] = {}
         self._boot: dict[str, str | None] = {}
         self._prev: dict[str, Snapshot] = {}
         self._stalled: dict[str, bool] = {}
+        self._busy: dict[str, float] = {}  # the last poll that saw the host at work
 
     def feed(self, host: str, snapshot: Snapshot | None, now: float,
              stall_after_s: float | None = None) -> None:
@@ -91,16 +123,25 @@ class IdleTracker:
         boot = snapshot.host.boot_id
         prev = self._prev.get(host)
         self._prev[host] = snapshot
-        self._stalled[host] = bool(stalls(prev, snapshot, stall_after_s))
+        stalled = bool(stalls(prev, snapshot, stall_after_s))
+        self._stalled[host] = stalled
+        box = box_idle_since(snapshot, now)
         if not is_idle(snapshot, prev, stall_after_s):
             self._since[host] = None
+            self._busy[host] = now
         elif self._since.get(host) is None:
             # A stalled job has been burning money since its last sign of life, not since
-            # this poll noticed it.
-            self._since[host] = now - _stalled_for(snapshot, prev, stall_after_s)
+            # this poll noticed it; an idle box since the moment its own records say.
+            start = now - _stalled_for(snapshot, prev, stall_after_s)
+            if box is not None and not stalled:
+                start = min(start, box)
+            busy = self._busy.get(host)
+            # Never before a poll that saw work: a box can forget (a new helper process).
+            self._since[host] = max(start, busy) if busy is not None else start
         elif boot is not None and self._boot.get(host) not in (None, boot):
             # A reboot between polls: the box was not idle before it, it was down; count anew.
-            self._since[host] = now
+            self._since[host] = max(box, self._busy.get(host) or box) \
+                if box is not None and not stalled else now
         self._boot[host] = boot
 
     def stalled(self, host: str) -> bool:
@@ -223,10 +264,21 @@ def unpulled_jobs(host: str, jobs: Iterable[Job], records: Sequence[Record]) -> 
 def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: float, *,
                 price_per_hour: float | None = None, rented_at: float | None = None,
                 tracker: IdleTracker | None = None,
-                records: Sequence[Record] = (), spot: str | None = None) -> list[ClockItem]:
-    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from.
-    ``records`` are the pull records (pulls.json), read by the caller; ``spot`` is hosts.toml's
-    (a GCP preemptible VM is stopped 24 h after its start, idle or not)."""
+                records: Sequence[Record] = (), spot: str | None = None,
+                down_since: float | None = None) -> list[ClockItem]:
+    """Every clock of one host. ``snap`` None (never answered) yields nothing to count from
+    but a stopped box's release. ``records`` are the pull records (pulls.json), read by the
+    caller; ``spot`` is hosts.toml's (a GCP preemptible VM is stopped 24 h after its start,
+    idle or not); ``down_since`` is when the host went DOWN after being UP (tui/fleet/downs.py),
+    from which a profile's release after a stop counts down."""
+    if down_since is not None:
+        released = [_released_item(host, c, now - down_since)
+                    for c in (profile.danger_clocks if profile is not None else ())
+                    if c.kind == "auto_release_after_stop" and _whole(c.seconds)]
+        if snap is None:
+            return released
+    else:
+        released = []
     if snap is None:
         return []
     out: list[ClockItem] = []
@@ -282,10 +334,11 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
             out.append(ClockItem(host, "idle_timeout", _timer_severity(left),
                                  f"idle timeout ({approx}{fmt_duration(clock.seconds)}) "
                                  f"disconnects in {fmt_duration(left)}", left))
-        elif clock.kind == "auto_release_after_stop":
+        elif clock.kind == "auto_release_after_stop" and not released:
             out.append(ClockItem(host, "auto_release", "info",
                                  f"if stopped, released after {fmt_duration(clock.seconds)}: "
                                  f"{clock.text}", float(clock.seconds)))
+    out += released
     if jobs and all(j.state in FINAL_STATES for j in jobs):
         unpulled = unpulled_jobs(host, jobs, records)
         if unpulled:
@@ -296,6 +349,24 @@ def host_clocks(host: str, snap: Snapshot | None, profile: Profile | None, now: 
                 + (" (destroy loses them)" if profile is not None
                    and profile.meter_stop_irreversible is True else ""), None))
     return out
+
+
+def _whole(seconds: object) -> bool:
+    return isinstance(seconds, int) and not isinstance(seconds, bool)
+
+
+def _released_item(host: str, clock: Any, down_for: float) -> ClockItem:
+    """A stopped box's release, counted from when it went down (it may be down for another
+    reason: the line says "if stopped")."""
+    left = max(0.0, clock.seconds - down_for)
+    approx = "~" if clock.approximate else ""
+    head = f"down {fmt_duration(max(0.0, down_for))}: "
+    text = (f"{head}if stopped, released in {approx}{fmt_duration(left)}" if left > 0 else
+            f"{head}if it was stopped, it has been released ({approx}"
+            f"{fmt_duration(clock.seconds)} after a stop)")
+    return ClockItem(host, "auto_release",
+                     _timer_severity(left, RELEASE_WARN_S, RELEASE_CRIT_S),
+                     f"{text}: {clock.text}", left)
 
 
 def _rank(severity: str) -> int:
@@ -329,6 +400,7 @@ def banner_lines(findings: Iterable[Finding], clock_items: Iterable[ClockItem],
 
 
 __all__ = [
-    "ClockItem", "IdleTracker", "banner_lines", "billed_seconds", "box_outputs", "gpu_idle",
+    "ClockItem", "IdleTracker", "banner_lines", "billed_seconds", "box_idle_since", "box_outputs",
+    "foreign_gpu_work", "gpu_idle",
     "host_clocks", "is_idle", "unpulled_jobs", "walltime_left",
 ]

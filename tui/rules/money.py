@@ -276,6 +276,22 @@ def dead_runner_queues(snap: Snapshot) -> list[str]:
 
 # ------------------------------------------------------------------------------- log bytes
 
+def log_text_findings(host: str, job: Job, data: bytes) -> list[Finding]:
+    """What log bytes of ``job`` say (U10, U28, U35, U26): a poll's chunk since the cursor,
+    or an ended job's tail read once by the monitor (tui/fleet/monitor.py)."""
+    out: list[Finding] = []
+    for fid, sev, title, pattern in LOG_RULES:
+        m = pattern.search(data)
+        if m is None:
+            continue
+        start = data.rfind(b"\n", 0, m.start()) + 1
+        end = data.find(b"\n", m.end())
+        line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
+        out.append(Finding(fid, sev, host, f"{job_label(job)}: {title}",
+                           _line(line.replace("\r", "\\r"), title), LOG_FIX[fid]))
+    return out
+
+
 def log_findings(host: str, snap: Snapshot) -> list[Finding]:
     """What a running job's new log bytes (the chunk since the cursor) say, and a tracker
     switched off with no key (U35). The watch keeps these on screen after the poll."""
@@ -284,15 +300,7 @@ def log_findings(host: str, snap: Snapshot) -> list[Finding]:
         chunk = job.log_chunk
         data = chunk.data if chunk is not None else None
         if data:
-            for fid, sev, title, pattern in LOG_RULES:
-                m = pattern.search(data)
-                if m is None:
-                    continue
-                start = data.rfind(b"\n", 0, m.start()) + 1
-                end = data.find(b"\n", m.end())
-                line = data[start:end if end >= 0 else len(data)].decode("utf-8", "replace")
-                out.append(Finding(fid, sev, host, f"{job_label(job)}: {title}",
-                                   _line(line.replace("\r", "\\r"), title), LOG_FIX[fid]))
+            out += log_text_findings(host, job, data)
         mode = (job.env.get("WANDB_MODE") or "").lower()
         if job.state in LIVE_STATES and mode in TRACKER_OFF and not job.env.get("WANDB_API_KEY"):
             out.append(Finding("U35", "warn", host,

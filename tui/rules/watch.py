@@ -10,7 +10,7 @@ user clears it. Which critical items to alert on is decided by its ``alerts``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuroom.profiles import Profile, ProfileError, load_profile
@@ -106,6 +106,15 @@ class FleetWatch:
         while len(mem.sticky) > MAX_STICKY_PER_HOST:
             del mem.sticky[min(mem.sticky, key=lambda k: mem.sticky[k][1])]
 
+    def remember(self, host: str, findings: Iterable[Finding], now: float) -> None:
+        """Findings read apart from a poll (an ended job's log tail): kept like a
+        transition's, until cleared or STICKY_S old."""
+        mem = self._mem.setdefault(host, _HostMemory())
+        for f in findings:
+            mem.sticky[(f.id, f.title)] = (f, now)
+        while len(mem.sticky) > MAX_STICKY_PER_HOST:
+            del mem.sticky[min(mem.sticky, key=lambda k: mem.sticky[k][1])]
+
     def findings(self, host: str | None = None) -> list[Finding]:
         """Current findings plus remembered transitions, worst first (one host or all)."""
         out: list[Finding] = []
@@ -118,15 +127,19 @@ class FleetWatch:
         return sort_findings(out)
 
     def clocks(self, hosts: Iterable[HostState], now: float,
-               records: Sequence[Record] = ()) -> list[ClockItem]:
-        """Every host's clocks; ``records`` are the pull records (FleetAPI.pull_records)."""
+               records: Sequence[Record] = (),
+               down_since: Mapping[str, float] | None = None) -> list[ClockItem]:
+        """Every host's clocks; ``records`` are the pull records (FleetAPI.pull_records),
+        ``down_since`` when each DOWN host went down after being up (tui/fleet/downs.py)."""
         out: list[ClockItem] = []
         for h in hosts:
             snap = h.view if h.view is not None else self._mem.get(
                 h.name, _HostMemory()).current
+            down = (down_since or {}).get(h.name) if h.state is LinkState.DOWN else None
             out += host_clocks(h.name, snap, self.profile(h.profile), now,
                                price_per_hour=h.price_per_hour, rented_at=h.rented_at,
-                               tracker=self.tracker, records=records, spot=h.spot)
+                               tracker=self.tracker, records=records, spot=h.spot,
+                               down_since=down)
         return out
 
     def clear(self, host: str | None = None) -> int:
