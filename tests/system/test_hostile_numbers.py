@@ -39,7 +39,7 @@ WAIT_S = 60.0
 # The stand-in: the `serve` channel answers each request with ~/answer; every other call (the
 # link's hash check, helper subcommands) runs the GPU box's real interpreter ($REAL).
 SERVE_ANSWER = """#!/bin/sh
-if [ "$2" = serve ]; then
+if [ "$3" = serve ]; then  # $1 is -I, $2 the helper
   while IFS= read -r request; do cat "$HOME/answer"; printf '\\n'; done
   exit 0
 fi

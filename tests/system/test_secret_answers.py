@@ -16,7 +16,7 @@ pytestmark = pytest.mark.sshd
 
 # A stand-in interpreter whose `secret` subcommand answers ~/sub-answer; the rest is real.
 FAKE_SECRET = """#!/bin/sh
-case "$2" in secret) cat >/dev/null; cat "$HOME/sub-answer"; exit 0;; esac
+case "$3" in secret) cat >/dev/null; cat "$HOME/sub-answer"; exit 0;; esac
 exec python3 "$@"
 """
 
