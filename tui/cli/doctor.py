@@ -25,7 +25,7 @@ from gpuroom.tui.fleet.acks import AckError, parse_target
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.fleet.monitor import Monitor
 from gpuroom.tui.model import HostState, LinkState
-from gpuroom.tui.present.banner import Danger, fleet_dangers
+from gpuroom.tui.present.banner import Danger, failed_job_dangers, fleet_dangers
 from gpuroom.tui.rules.clock import ClockItem, banner_lines, host_clocks
 from gpuroom.tui.rules.doctor import Finding, diagnose
 from gpuroom.tui.rules.gate import Record
@@ -95,6 +95,11 @@ async def _ack(config: cfg.Config, target: str) -> str:
     finally:
         await fleet.close()
     return f"acknowledged {host}/{job}" + (f" attempt {attempt}" if attempt else "")
+
+
+def _failed(states: list[HostState], findings: list[Finding], now: float) -> list[Danger]:
+    """Failed jobs no finding explains, as the room's banner lists them (with ``examine``)."""
+    return failed_job_dangers(states, now, [(f.host, f.title) for f in findings])
 
 
 def exit_code(findings: Iterable[Finding], clocks: Iterable[ClockItem],
