@@ -588,7 +588,9 @@ class Attempt(View):
     oom_kills: int | None = key(integer)  # that cgroup's oom_kill rise while the attempt ran
     error_line: str | None = key(text)  # the log's last error line when a failed attempt ended
     # The newest checkpoint when the attempt ended: what the next attempt should resume from.
-    checkpoint: Checkpoint | None = nested(Checkpoint, "maybe")
+    # Only an ended attempt that saw a checkpoint carries it: not every healthy poll
+    # (tests/system/test_resume_ssh.py polls one).
+    checkpoint: Checkpoint | None = nested(Checkpoint, "maybe", origin="leftover")
     code: CodeFacts | None = nested(CodeFacts, "maybe", origin="code")  # what it launched
     submitted: float | None = key(number, origin="slurm")  # Slurm: when sbatch accepted it
     runs: tuple[SlurmRun, ...] = nested(SlurmRun, "many", origin="slurm")

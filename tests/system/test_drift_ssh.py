@@ -53,8 +53,12 @@ def job_of(capsys: pytest.CaptureFixture[str], config: Path, job: str) -> dict[s
 
 
 def u2(capsys: pytest.CaptureFixture[str], config: Path) -> list[dict[str, Any]]:
-    doc = json.loads(cli(capsys, config, "doctor", "--json"))
-    return [f for f in doc["findings"] if f["id"] == "U2"]
+    rc = main(["--config", str(config), "doctor", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    found = [f for f in doc["findings"] if f["id"] == "U2"]
+    # doctor's exit status says the worst severity: 1 for a warning such as U2, else 0
+    assert rc == (1 if any(f["severity"] == "warn" for f in doc["findings"]) else 0), doc
+    return found
 
 
 def add(capsys: pytest.CaptureFixture[str], config: Path, repo: Path) -> str:
