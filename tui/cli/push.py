@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from gpuroom.tui.cli.load import load_config, unknown_host
+from gpuroom.tui.cli.load import host_config, load_config
 from gpuroom.tui.cli.tables import print_line
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.present.format import fmt_bytes
@@ -28,12 +28,9 @@ def add_cli(sub: Any) -> None:
 
 def cmd_push(args: argparse.Namespace) -> int:
     config = load_config(args)
-    hosts = {h.name: h for h in config.effective_hosts()}
-    if args.host not in hosts:
-        raise unknown_host(config, args.host)
+    host = host_config(config, args.host)
     src = Path(args.src).expanduser()
-    dest = check_dest(args.dest if args.dest is not None else
-                      default_dest(src, hosts[args.host].workdir))
+    dest = check_dest(args.dest if args.dest is not None else default_dest(src, host.workdir))
 
     async def run() -> int:
         fleet = Fleet(config)
