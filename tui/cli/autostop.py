@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import json
 import re
 import socket
 from typing import Any
@@ -22,6 +21,7 @@ from gpuroom.tui.cli.load import load_config
 from gpuroom.tui.errors import GpuroomError
 from gpuroom.tui.fleet.live import Fleet
 from gpuroom.tui.sanitize import sanitize_line
+from gpuroom.tui.snapshot import load_answer
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -76,10 +76,12 @@ async def _call(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await fleet.close()
     try:
-        doc: dict[str, Any] = json.loads(result.stdout)
+        doc = load_answer(result.stdout)  # the one bounded reader of a box's answer
     except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
         raise AutostopError(f"{args.host}: autostop answered no JSON ({result.failure()})",
-                            f"gpuroom probe {args.host} (is the helper current?)") from None
+                            f"gpuroom probe {args.host} (is the helper current?)")
     if not doc.get("ok"):
         raise AutostopError(f"{args.host}: {sanitize_line(str(doc.get('error')))}",
                             "use the platform's stop verb, or --allow-destroy after pulling "
