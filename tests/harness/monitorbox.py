@@ -64,17 +64,23 @@ def queue_box(sshd_box: Any, fixtures: Path, tmp_path: Path, *,
             sshd_box.run("tmux", "kill-session", "-t", "gpuroom-default")
 
 
-def _end_jobs(sshd_box: Any, config: Path) -> None:
+def helper_queue_ls(config: Path, host: str = "box") -> dict[str, Any]:
+    """The helper's own `queue ls` answer on ``host`` (its runner too, which the CLI's
+    listing leaves out)."""
     async def ls() -> dict[str, Any]:
         fleet = Fleet(load(config))
         try:
-            result = await fleet.link("box").helper("queue", "ls")
+            result = await fleet.link(host).helper("queue", "ls")
             doc: dict[str, Any] = json.loads(result.stdout)
             return doc
         finally:
             await fleet.close()
+    return asyncio.run(ls())
+
+
+def _end_jobs(sshd_box: Any, config: Path) -> None:
     try:
-        doc = asyncio.run(ls())
+        doc = helper_queue_ls(config)
     except Exception:
         return
     for job in doc.get("jobs", []):

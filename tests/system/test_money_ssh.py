@@ -26,6 +26,7 @@ import tomli_w
 import tomllib
 from fakes import NVIDIA_SMI
 from harness.boxenv import python_with_env
+from harness.monitorbox import helper_queue_ls
 from paths import ROOT
 
 from gpuroom.tui.cli.main import main
@@ -106,15 +107,7 @@ def money_box(sshd_box: Any, fixtures: Path, tmp_path: Path) -> Iterator[Make]:
 
 def box_pids(config: Path) -> tuple[int | None, list[int]]:
     """The live runner's pid and the process groups of the jobs it runs (queue ls)."""
-    async def ls() -> dict[str, Any]:
-        fleet = Fleet(load(config))
-        try:
-            result = await fleet.link("box").helper("queue", "ls")
-            doc: dict[str, Any] = json.loads(result.stdout)
-            return doc
-        finally:
-            await fleet.close()
-    doc = asyncio.run(ls())
+    doc = helper_queue_ls(config)
     runner = doc.get("runner") or {}
     pgids = [j["attempts"][-1]["pid"] for j in doc.get("jobs", [])
              if j["state"] in ("launching", "running") and j.get("attempts")
